@@ -1,0 +1,70 @@
+#pragma once
+// What a module runs with: the selected GPUs, the run settings, the machine, and the shared
+// measurement core (one Measurer per GPU, the NVML monitor).
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpubench/core/measure.hpp"
+#include "gpubench/core/system.hpp"
+
+namespace gpubench {
+
+// Options every subcommand takes (and the [common] section of a config file).
+struct CommonOptions {
+  std::string gpus = "all";
+  bool quick = false;
+  int iters = 0;             // > 0: fixed timed iterations
+  int warmup = -1;           // < 0: the default
+  double min_time = -1;      // seconds; < 0: the default
+  double max_noise = -1;     // relative; < 0: the default
+  double max_time = -1;      // seconds per measurement; < 0: the default
+  std::string l2 = "cold";
+  std::string log_level = "info";
+  std::string output_dir;    // "" -> results/test_YYYYMMDD_HHMMSS
+  std::string json;          // "-" prints the JSON report to stdout
+  bool no_files = false;     // print only, write nothing
+};
+
+// MeasureOptions from the common options (quick mode shortens the defaults).
+MeasureOptions measure_options_from(const CommonOptions& common);
+
+class Context {
+ public:
+  Context(const System& system, std::vector<int> gpus, const CommonOptions& common);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const System& system() const noexcept { return system_; }
+  const std::vector<int>& gpus() const noexcept { return gpus_; }
+  const CommonOptions& common() const noexcept { return common_; }
+  bool quick() const noexcept { return common_.quick; }
+  const MeasureOptions& measure_options() const noexcept { return measure_; }
+
+  // Times `launch` on `stream` of `gpu` with the run's options (or `opts`), the monitor
+  // sampling every selected GPU meanwhile.
+  Measurement measure(int gpu, cudaStream_t stream, const Launch& launch);
+  Measurement measure(int gpu, cudaStream_t stream, const Launch& launch, const MeasureOptions& opts);
+  Measurer& measurer(int gpu);
+
+  // Everything the monitor saw in this run (merged over measurements), for the report.
+  const MonitorSummary& monitor_summary() const noexcept { return monitor_total_; }
+
+  // Set by SIGINT: modules stop between cases and report what was finished.
+  static bool interrupted() noexcept;
+  static void request_interrupt() noexcept;
+
+ private:
+  const System& system_;
+  std::vector<int> gpus_;
+  CommonOptions common_;
+  MeasureOptions measure_;
+  std::map<int, std::unique_ptr<Measurer>> measurers_;
+  std::unique_ptr<Monitor> monitor_;
+  MonitorSummary monitor_total_;
+};
+
+}  // namespace gpubench

@@ -1,0 +1,36 @@
+#pragma once
+// Error types and the documented exit codes: every failure maps to one of them.
+#include <stdexcept>
+#include <string>
+
+namespace gpubench {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailed = 1,    // a benchmark or check failed (or a module inside `all`)
+  kExitBadInput = 2,  // bad flag, value, config, GPU id, size, output folder
+  kExitNoGpu = 3,     // no usable GPU or driver
+  kExitInterrupted = 130,
+};
+
+// Bad input from the user: one clear line, exit 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// No usable GPU or driver: exit 3 with what was found.
+struct NoGpuError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A CUDA / NCCL / cuBLAS call failed: carries the call, file:line and GPU/rank.
+struct GpuError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A benchmark's output did not match its reference: never reported as a number.
+struct VerificationError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace gpubench

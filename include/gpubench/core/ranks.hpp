@@ -1,0 +1,56 @@
+#pragma once
+// RankGroup: one rank per selected GPU. In one process a host thread per GPU, each with its
+// own stream; barrier() and gather() across ranks. The collectives work adds a process-per-GPU
+// MPI launch behind the same interface.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/measure.hpp"
+
+namespace gpubench {
+
+class RankGroup;
+
+// What a rank's body sees: its rank, its GPU, its stream and the group.
+struct Rank {
+  int rank = 0;
+  int size = 1;
+  int device = 0;
+  Stream* stream = nullptr;
+  RankGroup* group = nullptr;
+};
+
+class RankGroup {
+ public:
+  // One rank per entry of `devices` (CUDA device indices), in that order.
+  explicit RankGroup(std::vector<int> devices);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  int size() const noexcept;
+  const std::vector<int>& devices() const noexcept;
+
+  // Runs `body` on every rank at once (a thread each, its device current) and waits. An
+  // exception on any rank is rethrown here (the first one, with its rank) after all ranks end;
+  // ranks blocked in barrier() are released so nothing hangs.
+  void run(const std::function<void(Rank&)>& body);
+
+  // Blocks until every rank has arrived (host side; call from inside run()).
+  void barrier();
+  // Every rank contributes `value`; every rank gets all of them, in rank order.
+  std::vector<double> all_gather(int rank, double value);
+
+  // Times `launch` on every rank: barrier before each iteration, per-iteration time = the max
+  // over ranks of that rank's event time. Stopping rule as Measurer::run, decided on rank 0's
+  // view of the combined samples. Call from inside run(); every rank returns the same result.
+  Measurement measure(Rank& self, const Launch& launch, const MeasureOptions& opts);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpubench

@@ -1,0 +1,93 @@
+#pragma once
+// The result model: a Report is data only (schema gpubench.result/1). Writers render it as
+// JSON, Markdown and a console table; modules never print or write files themselves.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubench/core/stats.hpp"
+
+namespace gpubench {
+
+using ojson = nlohmann::ordered_json;
+
+inline constexpr const char* kResultSchema = "gpubench.result/1";
+
+struct Metric {
+  double value = 0;
+  std::string unit;
+};
+
+// One measured case (a row). `group` names the table it belongs to in the console/Markdown
+// views ("HBM fp64", "P2P unidirectional, copy engine"); `params` are its inputs.
+struct CaseResult {
+  std::string group;
+  std::string name;
+  ojson params = ojson::object();
+  std::vector<std::pair<std::string, Metric>> metrics;  // in display order
+  std::optional<Stats> stats;                           // per-iteration times, seconds
+  std::string status = "ok";                            // ok | skipped | failed
+  std::string note;
+
+  CaseResult& metric(const std::string& key, double value, const std::string& unit);
+  const Metric* find_metric(const std::string& key) const;
+};
+
+// A GPU x GPU (or host x GPU) matrix, rendered as a table and a heatmap.
+// Missing entries (the diagonal, unsupported pairs) are NaN and written as null.
+struct Matrix {
+  std::string name;   // file-safe id: "p2p_unidir_ce_GBps"
+  std::string title;  // "P2P unidirectional bandwidth, copy engine (GB/s)"
+  std::string unit;
+  std::string row_label = "src", col_label = "dst";
+  std::vector<std::string> rows, cols;
+  std::vector<std::vector<double>> values;
+};
+
+// A curve (or several) over a swept parameter, rendered as a chart.
+struct Series {
+  std::string label;
+  std::vector<double> x, y;
+};
+struct Sweep {
+  std::string name;  // file-safe id: "p2p_size_sweep"
+  std::string title;
+  std::string x_label, x_unit;  // "size", "bytes"
+  std::string y_label, y_unit;  // "bandwidth", "GB/s"
+  bool log_x = true;
+  std::vector<Series> series;
+};
+
+struct Report {
+  std::string module;
+  std::string version;
+  std::string run_id;
+  std::string started_at, finished_at;  // ISO 8601 UTC
+  std::vector<std::string> command;
+  ojson system = ojson::object();
+  ojson config = ojson::object();
+  std::vector<std::pair<std::string, Metric>> headline;
+  std::vector<CaseResult> results;
+  std::vector<Matrix> matrices;
+  std::vector<Sweep> sweeps;
+  ojson monitor = ojson::object();
+  ojson extra = ojson::object();   // module-specific data (env's inventory, ...)
+  std::vector<std::string> warnings;
+  std::string status = "ok";       // ok | partial | failed
+  std::string error;               // why, when failed
+
+  CaseResult& add(CaseResult r) { results.push_back(std::move(r)); return results.back(); }
+  void set_headline(const std::string& key, double value, const std::string& unit);
+  const Metric* find_headline(const std::string& key) const;
+  void warn(const std::string& text);  // deduplicated
+  // ok when every case is ok or skipped, partial when some failed, failed when all failed.
+  void settle_status();
+};
+
+ojson to_json(const Report& r);
+Report report_from_json(const ojson& j);  // for tests and tools that read reports back
+
+}  // namespace gpubench

@@ -1,0 +1,23 @@
+#pragma once
+// Runs one module end to end: GPU selection, Context, module.run, report metadata.
+#include <string>
+#include <vector>
+
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/result.hpp"
+#include "gpubench/core/system.hpp"
+
+namespace gpubench {
+
+// ISO 8601 UTC timestamp of now ("2026-11-22T07:31:16Z").
+std::string utc_now();
+
+// Runs `module` with `common`. Bad input (GPU list, option values found bad at run time)
+// throws InputError; a module that needs a GPU on a machine without one throws NoGpuError.
+// A module that is unsupported here returns a report with status "skipped" and the reason in
+// `error`; a module that fails returns status "failed" and why. Never writes files.
+Report run_module(Module& module, const CommonOptions& common, const System& system,
+                  const std::string& run_id, const std::vector<std::string>& command);
+
+}  // namespace gpubench

@@ -1,0 +1,30 @@
+#pragma once
+// Sizes, rates and lists: parsing user input (throws InputError) and formatting for reports.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpubench {
+
+// "4K", "64M", "2G", "1.5GiB", "100MB", "4096": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024,
+// kB/MB/GB/TB powers of 1000. Rejects 0, negatives, fractions of a byte, malformed text and overflow.
+std::uint64_t parse_size(const std::string& text);
+std::vector<std::uint64_t> parse_size_list(const std::string& text);  // "1M,64M,1G"
+
+// "1 KiB", "64 MiB", "2 GiB", "1.5 GiB", "100 B": binary units, shortest exact-ish form.
+std::string format_bytes(std::uint64_t bytes);
+// "1K", "64M", "2G": compact labels for tables and charts.
+std::string format_bytes_short(std::uint64_t bytes);
+
+// GPU selection: "all" (every visible GPU), "0,1,3", "0-3". Rejects ids >= visible,
+// repeats, negatives and malformed text.
+std::vector<int> parse_gpu_list(const std::string& text, int visible);
+
+// Splits "a, b ,c" into {"a","b","c"} (empty items are an error).
+std::vector<std::string> split_list(const std::string& text, char sep = ',');
+
+// Rates: bytes over seconds in GB/s (1e9), flops over seconds in TFLOP/s (1e12).
+inline double GBps(double bytes, double seconds) { return bytes / seconds / 1e9; }
+inline double TFLOPs(double flops, double seconds) { return flops / seconds / 1e12; }
+
+}  // namespace gpubench

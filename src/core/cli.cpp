@@ -1,0 +1,343 @@
+// The command line: parse argv (and config.ini sections) with CLI11, run modules, write reports.
+#include "gpubench/core/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "gpubench/core/config.hpp"
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/report.hpp"
+#include "gpubench/core/runner.hpp"
+#include "gpubench/core/system.hpp"
+#include "gpubench/version.hpp"
+
+namespace gpubench {
+
+void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
+  app.add_option("--gpus", c.gpus, "GPUs to use: all, 0,1 or 0-3")->capture_default_str();
+  app.add_flag("--quick", c.quick, "Short run: smaller sizes, fewer iterations");
+  app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", c.warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+  app.add_option("--min-time", c.min_time, "Minimum timed GPU seconds per measurement")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this (e.g. 0.005)")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-time", c.max_time, "Wall-clock cap per measurement, seconds")->check(CLI::PositiveNumber);
+  app.add_option("--l2", c.l2, "L2 policy: cold, rotate, hot")->check(CLI::IsMember({"cold", "rotate", "hot"}))->capture_default_str();
+  app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
+  app.add_option("--output-dir", c.output_dir, "Report folder (default results/test_YYYYMMDD_HHMMSS)");
+  app.add_option("--json", c.json, "Also write the JSON report to FILE ('-' = stdout only)");
+  app.add_flag("--no-files", c.no_files, "Write no report files");
+  app.add_option("--config", config, "INI file: [common] and [<subcommand>] sections");
+}
+
+namespace {
+
+constexpr const char* kCommonSection = "common";
+
+void on_sigint(int) {
+  if (Context::interrupted()) {  // second Ctrl-C: stop now
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+  Context::request_interrupt();
+}
+
+void setup_logging(const std::string& level) {
+  static bool made = false;
+  if (!made) {
+    auto logger = spdlog::stderr_color_mt("gpubench");
+    logger->set_pattern("[%H:%M:%S %^%l%$] %v");
+    spdlog::set_default_logger(logger);
+    made = true;
+  }
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+// A fresh CLI11 app for one module: common options + the module's own.
+struct ModuleApp {
+  CommonOptions common;
+  std::string config;
+  CLI::App app;
+  ModuleApp(Module& m) : app(m.help(), m.name()) {
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    add_common_options(app, common, config);
+    m.add_options(app);
+  }
+  void parse(std::vector<std::string> args) {
+    std::reverse(args.begin(), args.end());  // CLI11 takes its vector reversed
+    app.parse(args);
+  }
+};
+
+// Flags of `app` (options taking no value), so "quick = true" becomes "--quick".
+std::vector<std::string> flag_names(const CLI::App& app) {
+  std::vector<std::string> out;
+  for (const CLI::Option* o : app.get_options())
+    if (o->get_type_size_max() == 0)
+      for (const auto& n : o->get_lnames()) out.push_back(n);
+  return out;
+}
+
+// Checks every key of [common] and of the module's section against its options.
+void check_section_keys(const IniFile& ini, const std::string& section, const CLI::App& app) {
+  const IniSection* s = ini.find(section);
+  if (!s) return;
+  for (const auto& e : s->entries) {
+    if (e.key == "config")
+      throw InputError(fmt::format("{}:{}: 'config' cannot be set inside a config file", ini.origin, e.line));
+    if (!app.get_option_no_throw("--" + e.key))
+      throw InputError(fmt::format("{}:{}: unknown key '{}' in [{}]", ini.origin, e.line, e.key, section));
+  }
+}
+
+void check_sections(const IniFile& ini, const std::vector<ModulePtr>& modules) {
+  for (const auto& s : ini.sections) {
+    if (s.name == kCommonSection) continue;
+    bool known = false;
+    for (const auto& m : modules) known = known || m->name() == s.name;
+    if (!known)
+      throw InputError(fmt::format("{}:{}: unknown section [{}] (sections: common and the subcommands)",
+                                   ini.origin, s.line, s.name));
+  }
+}
+
+// Parses argv-after-subcommand for `m`, with the config's [common] and [m] sections first so
+// that the command line wins. Returns the effective common options.
+CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args, const IniFile* ini) {
+  std::vector<std::string> args;
+  if (ini) {
+    ModuleApp probe(m);
+    check_section_keys(*ini, kCommonSection, probe.app);
+    check_section_keys(*ini, m.name(), probe.app);
+    const auto flags = flag_names(probe.app);
+    for (auto& a : section_args(*ini, kCommonSection, flags)) args.push_back(a);
+    for (auto& a : section_args(*ini, m.name(), flags)) args.push_back(a);
+  }
+  args.insert(args.end(), cli_args.begin(), cli_args.end());
+  ModuleApp parsed(m);
+  try {
+    parsed.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw InputError(ini ? fmt::format("{} (with {})", e.what(), ini->origin) : std::string(e.what()));
+  }
+  return parsed.common;
+}
+
+void print_report(const Report& r, const CommonOptions& c) {
+  if (c.json == "-") {
+    std::cout << render_json(r);
+    std::cerr << render_console(r);
+  } else {
+    std::cout << render_console(r);
+  }
+  std::cout.flush();
+}
+
+int exit_code_of(const Report& r) { return r.status == "ok" ? kExitOk : kExitFailed; }
+
+std::filesystem::path output_folder(const CommonOptions& c, const std::string& run_id) {
+  if (c.no_files || (c.json == "-" && c.output_dir.empty())) return {};
+  return prepare_output_dir(c.output_dir, run_id);
+}
+
+void announce_folder(const std::filesystem::path& dir, const CommonOptions& c) {
+  if (dir.empty()) return;
+  (c.json == "-" ? std::cerr : std::cout) << "report: " << dir.string() << "\n";
+}
+
+int cmd_list(const std::vector<ModulePtr>& modules) {
+  const System sys = System::discover(false);
+  const std::vector<int> all_gpus = [&] {
+    std::vector<int> v;
+    for (const auto& g : sys.gpus) v.push_back(g.index);
+    return v;
+  }();
+  std::cout << fmt::format("{:<10} {:<10} {}\n", "module", "can run", "about");
+  for (const auto& m : modules) {
+    std::string state = "yes";
+    std::string about = m->help();
+    if (!m->available()) {
+      state = "not yet";
+    } else if (m->needs_gpu() && sys.gpus.empty()) {
+      state = "no";
+      about += " [no GPU: " + sys.no_gpu_reason + "]";
+    } else if (auto why = m->unsupported(sys, all_gpus)) {
+      state = "no";
+      about += " [" + *why + "]";
+    }
+    std::cout << fmt::format("{:<10} {:<10} {}\n", m->name(), state, about);
+  }
+  return kExitOk;
+}
+
+int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::string& config,
+               const std::vector<std::string>& command) {
+  IniFile ini;
+  if (!config.empty()) ini = load_ini(config);
+  if (!config.empty()) check_sections(ini, make_modules());
+  const CommonOptions c = parse_module(m, cli_args, config.empty() ? nullptr : &ini);
+  setup_logging(c.log_level);
+  const std::string run_id = make_run_id();
+  const auto dir = output_folder(c, run_id);  // bad folder: exit 2 before any measuring
+  const System sys = System::discover(m.name() == "env");
+  Report r = run_module(m, c, sys, run_id, command);
+  if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
+  if (!dir.empty()) write_report_files(dir, r);
+  if (!c.json.empty() && c.json != "-") write_file_atomic(c.json, render_json(r));
+  print_report(r, c);
+  announce_folder(dir, c);
+  return exit_code_of(r);
+}
+
+int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli_args,
+            const std::string& config, const std::vector<std::string>& command) {
+  IniFile ini;
+  if (!config.empty()) {
+    ini = load_ini(config);
+    check_sections(ini, modules);
+  }
+  // Parse and validate every module's options first: bad input stops the run before it starts.
+  std::vector<std::pair<Module*, CommonOptions>> plan;
+  for (auto& m : modules) {
+    if (!m->available()) {
+      if (ini.find(m->name())) spdlog::warn("[{}] in {} ignored: `{}` is not available yet", m->name(), config, m->name());
+      continue;
+    }
+    CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
+    m->validate();
+    plan.emplace_back(m.get(), c);
+  }
+  const CommonOptions& first = plan.front().second;
+  setup_logging(first.log_level);
+  const std::string run_id = make_run_id();
+  const auto dir = output_folder(first, run_id);
+  const System sys = System::discover(true);
+  std::vector<Report> reports;
+  bool no_gpu = false;
+  for (auto& [m, c] : plan) {
+    if (Context::interrupted()) break;
+    spdlog::info("running {}", m->name());
+    Report r;
+    try {
+      r = run_module(*m, c, sys, run_id, command);
+    } catch (const NoGpuError& e) {
+      no_gpu = true;
+      r.module = m->name();
+      r.status = "failed";
+      r.error = e.what();
+    } catch (const InputError& e) {
+      r.module = m->name();
+      r.status = "failed";
+      r.error = e.what();
+    }
+    if (r.status == "failed") spdlog::error("{} failed: {}", m->name(), r.error);
+    if (!dir.empty() && !r.run_id.empty()) write_report_files(dir, r);
+    if (first.json != "-") std::cout << render_console(r) << "\n";
+    reports.push_back(std::move(r));
+  }
+  if (!dir.empty()) write_file_atomic(dir / "summary.md", render_summary_markdown(reports));
+  if (first.json == "-") {
+    ojson all = ojson::array();
+    for (const auto& r : reports) all.push_back(to_json(r));
+    std::cout << all.dump(2) << "\n";
+  }
+  std::string failed;
+  for (const auto& r : reports)
+    if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
+  (first.json == "-" ? std::cerr : std::cout) << "summary: " << reports.size() << " modules, "
+      << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
+  announce_folder(dir, first);
+  if (Context::interrupted()) return kExitInterrupted;
+  if (no_gpu && failed.find("no usable GPU") != std::string::npos) return kExitNoGpu;
+  return failed.empty() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  std::vector<std::string> command(argv, argv + argc);
+  try {
+    std::signal(SIGINT, on_sigint);
+    auto modules = make_modules();
+    CLI::App app{"gpubench: what a GPU server really delivers for LLM work, and which parallel layout to run on it"};
+    app.set_version_flag("--version", std::string("gpubench ") + GPUBENCH_VERSION_STRING);
+    app.require_subcommand(1);
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    // Top-level parse: validates the command line and serves --help for every subcommand.
+    std::vector<std::unique_ptr<CommonOptions>> commons;
+    std::vector<std::unique_ptr<std::string>> configs;
+    std::map<std::string, CLI::App*> subs;
+    for (auto& m : modules) {
+      CLI::App* sub = app.add_subcommand(m->name(), m->available() ? m->help() : m->help() + " (not available yet)");
+      if (m->available()) {
+        commons.push_back(std::make_unique<CommonOptions>());
+        configs.push_back(std::make_unique<std::string>());
+        add_common_options(*sub, *commons.back(), *configs.back());
+        m->add_options(*sub);
+      } else {
+        sub->allow_extras();
+      }
+      subs[m->name()] = sub;
+    }
+    CLI::App* list = app.add_subcommand("list", "List the modules and whether each can run here");
+    CLI::App* all = app.add_subcommand("all", "Run every available module (sections of --config)");
+    CommonOptions all_common;
+    std::string all_config;
+    add_common_options(*all, all_common, all_config);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      std::fprintf(stderr, "gpubench: error: %s\n", e.what());
+      return kExitBadInput;
+    }
+    if (list->parsed()) return cmd_list(modules);
+    // Arguments after the subcommand name, for the fresh per-module parse.
+    auto rest_after = [&](const std::string& name) {
+      std::vector<std::string> rest;
+      bool found = false;
+      for (int i = 1; i < argc; ++i) {
+        if (found) rest.emplace_back(argv[i]);
+        else if (argv[i] == name) found = true;
+      }
+      return rest;
+    };
+    if (all->parsed()) return cmd_all(modules, rest_after("all"), all_config, command);
+    for (std::size_t i = 0, k = 0; i < modules.size(); ++i) {
+      Module& m = *modules[i];
+      const bool parsed = subs[m.name()]->parsed();
+      if (!m.available()) {
+        if (parsed) throw InputError(fmt::format("`{}` is not available yet in this gpubench", m.name()));
+        continue;
+      }
+      if (parsed) return cmd_module(m, rest_after(m.name()), *configs[k], command);
+      ++k;
+    }
+    throw InputError("no subcommand given (try --help)");
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const NoGpuError& e) {
+    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
+    return kExitNoGpu;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace gpubench

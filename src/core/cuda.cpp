@@ -1,0 +1,143 @@
+// CUDA error reporting and the RAII handles of cuda.hpp.
+#include "gpubench/core/cuda.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace gpubench {
+
+namespace {
+int current_device_or(int fallback) noexcept {
+  int dev = fallback;
+  if (cudaGetDevice(&dev) != cudaSuccess) return fallback;
+  return dev;
+}
+}  // namespace
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  const int dev = current_device_or(-1);
+  // Clear a sticky-free error so the next call does not report it again.
+  (void)cudaGetLastError();
+  throw GpuError(fmt::format("{} failed: {} ({}) at {}:{} on GPU {}", call, cudaGetErrorString(err),
+                             cudaGetErrorName(err), file, line, dev));
+}
+
+void log_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept {
+  try {
+    spdlog::warn("{} failed: {} at {}:{}", call, cudaGetErrorString(err), file, line);
+  } catch (...) {
+  }
+}
+
+int visible_device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string no_gpu_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err == cudaSuccess && n > 0) return {};
+  (void)cudaGetLastError();
+  if (err == cudaErrorInsufficientDriver)
+    return "the NVIDIA driver is missing or older than this CUDA runtime needs";
+  if (err == cudaErrorNoDevice || (err == cudaSuccess && n == 0))
+    return "no CUDA-capable GPU is visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)";
+  return fmt::format("cannot use CUDA: {} ({})", cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  GPB_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) GPB_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
+    GPB_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+}
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : bytes_(bytes), device_(device) {
+  if (bytes == 0) return;
+  DeviceGuard guard(device);
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    (void)cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation) {
+      std::size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      throw GpuError(fmt::format("cannot allocate {:.2f} GiB on GPU {}: {:.2f} GiB free of {:.2f} GiB",
+                                 bytes / 1073741824.0, device, free_b / 1073741824.0,
+                                 total_b / 1073741824.0));
+    }
+    throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (!ptr_) return;
+  int prev = -1;
+  GPB_CUDA_CHECK_NOTHROW(cudaGetDevice(&prev));
+  if (prev != device_) GPB_CUDA_CHECK_NOTHROW(cudaSetDevice(device_));
+  GPB_CUDA_CHECK_NOTHROW(cudaFree(ptr_));
+  if (prev >= 0 && prev != device_) GPB_CUDA_CHECK_NOTHROW(cudaSetDevice(prev));
+}
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes, bool mapped) : bytes_(bytes) {
+  if (bytes == 0) return;
+  unsigned flags = cudaHostAllocPortable;
+  if (mapped) flags |= cudaHostAllocMapped;
+  GPB_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, flags));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) GPB_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr_));
+}
+
+void* PinnedBuffer::device_ptr() const {
+  void* d = nullptr;
+  GPB_CUDA_CHECK(cudaHostGetDevicePointer(&d, ptr_, 0));
+  return d;
+}
+
+Stream::Stream(int device) : device_(device) {
+  DeviceGuard guard(device);
+  GPB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+Stream::~Stream() {
+  if (stream_) GPB_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
+}
+
+void Stream::synchronize() const { GPB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Event::Event(int device, bool timing) : device_(device) {
+  DeviceGuard guard(device);
+  GPB_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+Event::~Event() {
+  if (event_) GPB_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_));
+}
+
+void Event::record(cudaStream_t stream) const { GPB_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+
+void Event::synchronize() const { GPB_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+double Event::seconds_since(const Event& start) const {
+  float ms = 0;
+  GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+void stream_wait(cudaStream_t waiter, cudaStream_t signaller, const Event& scratch) {
+  scratch.record(signaller);
+  GPB_CUDA_CHECK(cudaStreamWaitEvent(waiter, scratch.get(), 0));
+}
+
+}  // namespace gpubench

@@ -1,0 +1,168 @@
+// RankGroup in one process: a thread per GPU, a host barrier that can be aborted, gather, and
+// the multi-rank measurement (barrier before each iteration, time = max over ranks).
+#include "gpubench/core/ranks.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace gpubench {
+
+namespace {
+// Thrown inside ranks blocked in barrier() when another rank failed: ends them quietly.
+struct GroupAborted {};
+}  // namespace
+
+struct RankGroup::Impl {
+  std::vector<int> devices;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  long generation = 0;
+  bool aborted = false;
+  std::vector<double> slots;
+  std::vector<double> gathered;
+
+  void abort() {
+    std::lock_guard<std::mutex> lock(mu);
+    aborted = true;
+    cv.notify_all();
+  }
+
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mu);
+    if (aborted) throw GroupAborted{};
+    const long gen = generation;
+    if (++arrived == static_cast<int>(devices.size())) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+      return;
+    }
+    cv.wait(lock, [&] { return generation != gen || aborted; });
+    if (aborted) throw GroupAborted{};
+  }
+};
+
+RankGroup::RankGroup(std::vector<int> devices) : impl_(std::make_unique<Impl>()) {
+  if (devices.empty()) throw InputError("a rank group needs at least one GPU");
+  impl_->devices = std::move(devices);
+  impl_->slots.assign(impl_->devices.size(), 0.0);
+}
+
+RankGroup::~RankGroup() = default;
+
+int RankGroup::size() const noexcept { return static_cast<int>(impl_->devices.size()); }
+const std::vector<int>& RankGroup::devices() const noexcept { return impl_->devices; }
+
+void RankGroup::run(const std::function<void(Rank&)>& body) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->aborted = false;
+    impl_->arrived = 0;
+  }
+  const int n = size();
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        GPB_CUDA_CHECK(cudaSetDevice(impl_->devices[r]));
+        Stream stream(impl_->devices[r]);
+        Rank self{r, n, impl_->devices[r], &stream, this};
+        body(self);
+        stream.synchronize();
+      } catch (const GroupAborted&) {
+        // another rank failed first; its error is the one reported
+      } catch (...) {
+        errors[r] = std::current_exception();
+        impl_->abort();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw GpuError(fmt::format("rank {} (GPU {}): {}", r, impl_->devices[r], e.what()));
+    }
+  }
+}
+
+void RankGroup::barrier() { impl_->barrier(); }
+
+std::vector<double> RankGroup::all_gather(int rank, double value) {
+  impl_->slots[rank] = value;
+  impl_->barrier();  // every slot written
+  if (rank == 0) impl_->gathered = impl_->slots;
+  impl_->barrier();  // rank 0 has copied
+  std::vector<double> out = impl_->gathered;
+  impl_->barrier();  // everyone has read before slots are reused
+  return out;
+}
+
+Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOptions& o) {
+  cudaStream_t stream = self.stream->get();
+  Event start(self.device), stop(self.device);
+  std::unique_ptr<SpinGate> gate;
+  if (o.spin) gate = std::make_unique<SpinGate>(self.device);
+  int iteration = 0;
+
+  // One iteration on every rank: queue behind the gate, meet, release together, time.
+  auto one = [&]() -> double {
+    if (gate) gate->hold(stream);
+    start.record(stream);
+    launch(stream, iteration++);
+    stop.record(stream);
+    barrier();
+    if (gate) gate->release();
+    stop.synchronize();
+    const std::vector<double> all = all_gather(self.rank, stop.seconds_since(start));
+    return *std::max_element(all.begin(), all.end());
+  };
+
+  for (int w = 0; w < o.warmup; ++w) (void)one();
+  Measurement m;
+  const auto t0 = std::chrono::steady_clock::now();
+  double total = 0;
+  while (true) {
+    const double t = one();
+    m.samples.push_back(t);
+    total += t;
+    const auto n = static_cast<int>(m.samples.size());
+    // Rank 0 decides (its host clock bounds the loop); every rank follows its decision.
+    double decision = 0;  // 0 go on, 1 converged (noise or fixed count), 2 max iters, 3 time cap
+    if (self.rank == 0) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (o.fixed_iters > 0) {
+        decision = n >= o.fixed_iters ? 1 : 0;
+      } else if (n >= o.min_iters && total >= o.min_time_s && relative_noise(m.samples) <= o.max_noise) {
+        decision = 1;
+      } else if (n >= o.max_iters) {
+        decision = 2;
+      } else if (elapsed >= o.max_time_s && n >= std::min(o.min_iters, 3)) {
+        decision = 3;
+      }
+    }
+    decision = all_gather(self.rank, decision)[0];
+    if (decision == 0) continue;
+    m.converged = decision == 1;
+    m.stop_reason = decision == 1 ? (o.fixed_iters > 0 ? "iters" : "noise")
+                                  : (decision == 2 ? "max_iters" : "time_cap");
+    break;
+  }
+  m.stats = compute_stats(m.samples);
+  return m;
+}
+
+}  // namespace gpubench

@@ -1,0 +1,46 @@
+// Every module of the product, in a fixed order. Subcommands whose module is not built yet are
+// listed so `gpubench list` and `--help` show the whole product; calling one says so (exit 2).
+#include <CLI/CLI.hpp>
+
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/system.hpp"
+
+namespace gpubench {
+
+ModulePtr make_env_module();
+ModulePtr make_bandwidth_module();
+
+namespace {
+
+class PlannedModule final : public Module {
+ public:
+  PlannedModule(std::string name, std::string help) : name_(std::move(name)), help_(std::move(help)) {}
+  std::string name() const override { return name_; }
+  std::string help() const override { return help_; }
+  bool available() const override { return false; }
+  void add_options(CLI::App&) override {}
+  std::optional<std::string> unsupported(const System&, const std::vector<int>&) const override {
+    return "not available yet";
+  }
+  nlohmann::ordered_json config() const override { return nlohmann::ordered_json::object(); }
+  Report run(Context&) override { throw std::logic_error(name_ + " is not available yet"); }
+
+ private:
+  std::string name_, help_;
+};
+
+}  // namespace
+
+std::vector<ModulePtr> make_modules() {
+  std::vector<ModulePtr> m;
+  m.push_back(make_env_module());
+  m.push_back(make_bandwidth_module());
+  m.push_back(std::make_unique<PlannedModule>("allreduce", "NCCL collectives: algbw/busbw sweeps, verified"));
+  m.push_back(std::make_unique<PlannedModule>("matmul", "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape"));
+  m.push_back(std::make_unique<PlannedModule>("seqlen", "LLM prefill/decode latency against sequence length and batch"));
+  m.push_back(std::make_unique<PlannedModule>("tp", "Tensor-parallel transformer: speed-up, efficiency, communication"));
+  m.push_back(std::make_unique<PlannedModule>("pp", "Pipeline-parallel transformer: bubbles, schedules, layouts"));
+  return m;
+}
+
+}  // namespace gpubench

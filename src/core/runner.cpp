@@ -1,0 +1,96 @@
+// Runs one module and fills the report's metadata (system, config, monitor, warnings).
+#include "gpubench/core/runner.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/version.hpp"
+
+namespace gpubench {
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+namespace {
+
+ojson common_json(const CommonOptions& c, const MeasureOptions& m) {
+  return ojson{{"gpus", c.gpus},
+               {"quick", c.quick},
+               {"warmup", m.warmup},
+               {"iters", m.fixed_iters},
+               {"min_iters", m.min_iters},
+               {"min_time_s", m.min_time_s},
+               {"max_noise", m.max_noise},
+               {"max_time_s", m.max_time_s},
+               {"l2", to_string(m.l2)}};
+}
+
+}  // namespace
+
+Report run_module(Module& module, const CommonOptions& common, const System& system,
+                  const std::string& run_id, const std::vector<std::string>& command) {
+  const std::string started = utc_now();
+  const MeasureOptions measure = measure_options_from(common);  // validates --l2
+  module.validate();
+  std::vector<int> gpus;
+  if (!system.gpus.empty()) gpus = parse_gpu_list(common.gpus, static_cast<int>(system.gpus.size()));
+  else if (common.gpus != "all") throw NoGpuError(fmt::format("--gpus {}: no usable GPU ({})", common.gpus, system.no_gpu_reason));
+  if (module.needs_gpu() && gpus.empty())
+    throw NoGpuError(fmt::format("no usable GPU: {}", system.no_gpu_reason.empty() ? "none selected" : system.no_gpu_reason));
+
+  Report r;
+  if (auto why = module.unsupported(system, gpus)) {
+    r.status = "skipped";
+    r.error = *why;
+  } else {
+    Context ctx(system, gpus, common);
+    try {
+      r = module.run(ctx);
+      r.settle_status();
+    } catch (const InputError&) {
+      throw;
+    } catch (const NoGpuError&) {
+      throw;
+    } catch (const std::exception& e) {
+      r.status = "failed";
+      r.error = e.what();
+      spdlog::error("{}: {}", module.name(), e.what());
+    }
+    r.monitor = ctx.monitor_summary().to_json();
+    for (const auto& g : ctx.monitor_summary().gpus) {
+      if (!g.throttled()) continue;
+      std::string names;
+      for (const auto& n : g.throttle_names()) names += (names.empty() ? "" : ", ") + n;
+      r.warn(fmt::format("GPU {} throttled while measuring ({}): figures may be below what it can do", g.gpu, names));
+    }
+    if (Context::interrupted()) {
+      r.warn("interrupted: the report holds the cases finished before Ctrl-C");
+      if (r.status == "ok") r.status = "partial";
+    }
+  }
+  r.module = module.name();
+  r.version = GPUBENCH_VERSION_STRING;
+  r.run_id = run_id;
+  r.started_at = started;
+  r.finished_at = utc_now();
+  r.command = command;
+  r.system = system.to_json();
+  ojson cfg = common_json(common, measure);
+  const ojson module_cfg = module.config();
+  for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
+  r.config = cfg;
+  return r;
+}
+
+}  // namespace gpubench

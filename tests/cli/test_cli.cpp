@@ -1,0 +1,206 @@
+// The built binary with bad inputs: each gets one clear line on stderr and a documented exit
+// code (2 bad input, 3 no GPU), never a crash, a hang or a half-written report.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::filesystem::path scratch() {
+  static const auto dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("gpubench_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Runs gpubench with `args` (shell words) and a 60 s limit so nothing can hang the suite.
+Outcome run(const std::string& args, const std::string& env = "") {
+  static int n = 0;
+  const auto out = scratch() / ("out" + std::to_string(n) + ".txt");
+  const auto err = scratch() / ("err" + std::to_string(n++) + ".txt");
+  const std::string cmd = env + " timeout 60 " + GPUBENCH_BINARY + " " + args + " >" + out.string() +
+                          " 2>" + err.string() + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.out = slurp(out);
+  o.err = slurp(err);
+  return o;
+}
+
+std::filesystem::path write_config(const std::string& name, const std::string& text) {
+  const auto p = scratch() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+bool has_gpu() { return std::system("nvidia-smi -L >/dev/null 2>&1") == 0; }
+
+void expect_bad_input(const Outcome& o, const std::string& fragment) {
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("gpubench: error:"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find(fragment), std::string::npos) << "expected '" << fragment << "' in: " << o.err;
+}
+
+TEST(Cli, VersionNamesTheCommit) {
+  const auto o = run("--version");
+  EXPECT_EQ(o.code, 0);
+  EXPECT_NE(o.out.find("gpubench 0.1.0+"), std::string::npos) << o.out;
+}
+
+TEST(Cli, HelpListsEverySubcommand) {
+  const auto o = run("--help");
+  EXPECT_EQ(o.code, 0);
+  for (const char* s : {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "list", "all"})
+    EXPECT_NE(o.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, UnknownSubcommand) { expect_bad_input(run("frobnicate"), "frobnicate"); }
+TEST(Cli, NoSubcommand) { expect_bad_input(run(""), "subcommand"); }
+TEST(Cli, UnknownOption) { expect_bad_input(run("env --frobnicate"), "frobnicate"); }
+TEST(Cli, BadLogLevel) { expect_bad_input(run("env --log-level loud"), "loud"); }
+TEST(Cli, BadL2Policy) { expect_bad_input(run("bandwidth --l2 tepid"), "tepid"); }
+TEST(Cli, NegativeIters) { expect_bad_input(run("bandwidth --iters -3"), "iters"); }
+TEST(Cli, PlannedModuleSaysNotAvailable) { expect_bad_input(run("matmul"), "not available yet"); }
+
+TEST(Cli, ListShowsEveryModule) {
+  const auto o = run("list");
+  EXPECT_EQ(o.code, 0) << o.err;
+  for (const char* s : {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp"})
+    EXPECT_NE(o.out.find(s), std::string::npos) << s;
+  EXPECT_NE(o.out.find("not yet"), std::string::npos);
+}
+
+TEST(Cli, BadSizes) {
+  expect_bad_input(run("bandwidth --hbm-size 0"), "hbm-size");
+  expect_bad_input(run("bandwidth --hbm-size -4M"), "hbm-size");
+  expect_bad_input(run("bandwidth --hbm-size 12Q"), "hbm-size");
+  expect_bad_input(run("bandwidth --p2p-size lots"), "p2p-size");
+}
+
+TEST(Cli, UnknownBandwidthTest) { expect_bad_input(run("bandwidth --tests hbm,warp"), "warp"); }
+
+TEST(Cli, MissingConfig) { expect_bad_input(run("all --config /nonexistent/gpubench.ini"), "cannot read"); }
+
+TEST(Cli, MalformedConfig) {
+  const auto p = write_config("malformed.ini", "[bandwidth]\nthis line has no equals sign\n");
+  expect_bad_input(run("all --config " + p.string()), "malformed.ini:2");
+}
+
+TEST(Cli, UnknownConfigKey) {
+  const auto p = write_config("unknown_key.ini", "[bandwidth]\nhbm-sise = 1G\n");
+  expect_bad_input(run("all --config " + p.string()), "unknown key 'hbm-sise'");
+}
+
+TEST(Cli, UnknownConfigSection) {
+  const auto p = write_config("unknown_section.ini", "[bandwith]\nhbm-size = 1G\n");
+  expect_bad_input(run("all --config " + p.string()), "unknown section [bandwith]");
+}
+
+TEST(Cli, BadValueInConfig) {
+  const auto p = write_config("bad_value.ini", "[bandwidth]\nhbm-size = 0\n");
+  expect_bad_input(run("bandwidth --config " + p.string()), "hbm-size");
+}
+
+TEST(Cli, UnreadableConfigIsAFolder) { expect_bad_input(run("all --config " + scratch().string()), "cannot read"); }
+
+TEST(Cli, UnwritableOutputDir) {
+  const auto file = write_config("not_a_folder.txt", "x");
+  expect_bad_input(run("env --output-dir " + (file / "sub").string()), "--output-dir");
+}
+
+TEST(Cli, GpuIndexThatDoesNotExist) {
+  const auto o = run("bandwidth --gpus 97");
+  if (has_gpu()) {
+    expect_bad_input(o, "GPU 97 does not exist");
+  } else {
+    EXPECT_EQ(o.code, 3) << o.err;  // no GPU at all: exit 3 says what was found
+    EXPECT_EQ(lines(o.err), 1) << o.err;
+  }
+}
+
+TEST(Cli, RepeatedGpuIndex) {
+  const auto o = run("bandwidth --gpus 0,0");
+  if (has_gpu()) expect_bad_input(o, "listed twice");
+  else EXPECT_EQ(o.code, 3) << o.err;
+}
+
+TEST(Cli, MalformedGpuList) {
+  const auto o = run("bandwidth --gpus zero");
+  if (has_gpu()) expect_bad_input(o, "not a GPU index");
+  else EXPECT_EQ(o.code, 3) << o.err;
+}
+
+TEST(Cli, NoGpuExitsThree) {
+  // Hiding every GPU is the same as a machine without one, with or without a driver.
+  const auto o = run("bandwidth --quick --no-files", "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("no usable GPU"), std::string::npos) << o.err;
+}
+
+TEST(Cli, EnvRunsWithoutAGpuAndWritesAReport) {
+  const auto dir = scratch() / "env_report";
+  const auto o = run("env --output-dir " + dir.string(), "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "env.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "env.md"));
+  const std::string json = slurp(dir / "env.json");
+  EXPECT_NE(json.find("\"schema\": \"gpubench.result/1\""), std::string::npos);
+  EXPECT_NE(o.out.find("report: " + dir.string()), std::string::npos) << o.out;
+}
+
+TEST(Cli, JsonToStdoutIsPureJson) {
+  const auto o = run("env --json - --no-files", "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(o.code, 0) << o.err;
+  ASSERT_FALSE(o.out.empty());
+  EXPECT_EQ(o.out.front(), '{') << o.out.substr(0, 200);
+  EXPECT_NE(o.out.find("\"module\": \"env\""), std::string::npos);
+}
+
+TEST(Cli, AllWithoutGpuRunsEnvAndExitsThree) {
+  const auto dir = scratch() / "all_nogpu";
+  const auto p = write_config("quick_ok.ini", "[common]\nquick = true\n[bandwidth]\nhbm-size = 64M\n");
+  const auto o = run("all --config " + p.string() + " --output-dir " + dir.string(), "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "env.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "summary.md"));
+  EXPECT_NE(o.out.find("failed: bandwidth"), std::string::npos) << o.out;
+}
+
+TEST(Cli, ShippedConfigsParse) {
+  // The shipped configs must be valid: a dry parse through `all` on a machine without GPUs
+  // still rejects a bad key or section with exit 2, so anything else means they parsed.
+  for (const char* name : {"config/default.ini", "config/quick.ini"}) {
+    const auto o = run(std::string("all --no-files --config ") + GPUBENCH_SOURCE_DIR + "/" + name,
+                       "CUDA_VISIBLE_DEVICES=");
+    EXPECT_NE(o.code, 2) << name << ": " << o.err;
+  }
+}
+
+}  // namespace

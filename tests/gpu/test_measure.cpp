@@ -1,0 +1,127 @@
+// The measurement core on a real GPU: a kernel of known duration is timed right, the stopping
+// rule holds, launch gaps stay out, and RankGroup times the slowest rank.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/measure.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "spin.cuh"
+
+using namespace gpubench;
+
+namespace {
+MeasureOptions fast_options() {
+  MeasureOptions o;
+  o.warmup = 1;
+  o.min_iters = 10;
+  o.min_time_s = 0.01;
+  o.max_noise = 0.02;
+  o.max_time_s = 2;
+  return o;
+}
+}  // namespace
+
+TEST(Measure, KnownDurationKernel) {
+  Stream s(0);
+  Measurer m(0);
+  for (double us : {20.0, 200.0, 2000.0}) {
+    const auto ns = static_cast<std::uint64_t>(us * 1e3);
+    const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
+    EXPECT_GE(r.stats.n, 10u);
+    // The kernel spins at least `ns`; event timing adds at most a few microseconds.
+    EXPECT_GE(r.stats.median, us * 1e-6 * 0.99) << us;
+    EXPECT_LE(r.stats.median, us * 1e-6 * 1.10 + 5e-6) << us;
+  }
+}
+
+TEST(Measure, FixedIterationsAndIterationIndex) {
+  Stream s(0);
+  Measurer m(0);
+  MeasureOptions o = fast_options();
+  o.warmup = 3;
+  o.fixed_iters = 37;
+  std::vector<int> seen;
+  const Measurement r = m.run(s, [&](cudaStream_t st, int it) { seen.push_back(it); launch_busy_wait(1000, 1, st); }, o);
+  EXPECT_EQ(r.samples.size(), 37u);
+  EXPECT_EQ(r.stop_reason, "iters");
+  ASSERT_EQ(seen.size(), 40u);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TEST(Measure, SpinGateKeepsLaunchGapsOut) {
+  // 2 us kernels: without the gate, host launch overhead would show between the events.
+  Stream s(0);
+  Measurer m(0);
+  MeasureOptions o = fast_options();
+  o.l2 = L2Policy::Hot;
+  o.fixed_iters = 64;
+  const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(2000, 1, st); }, o);
+  EXPECT_LT(r.stats.median, 12e-6);
+}
+
+TEST(Measure, TimeCapStopsANoisyMeasurement) {
+  Stream s(0);
+  Measurer m(0);
+  MeasureOptions o = fast_options();
+  o.max_noise = 0;  // never met
+  o.max_time_s = 0.2;
+  const Measurement r = m.run(s, [&](cudaStream_t st, int it) { launch_busy_wait(1000 + 500 * (it % 3), 1, st); }, o);
+  EXPECT_EQ(r.stop_reason, "time_cap");
+  EXPECT_FALSE(r.converged);
+}
+
+TEST(Measure, ColdFlushRuns) {
+  Stream s(0);
+  Measurer m(0);
+  MeasureOptions o = fast_options();
+  o.l2 = L2Policy::Cold;
+  const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(5000, 1, st); }, o);
+  EXPECT_GE(r.stats.median, 5e-6);
+}
+
+TEST(Measure, ExceptionInLaunchReleasesTheGate) {
+  Stream s(0);
+  Measurer m(0);
+  EXPECT_THROW(m.run(s, [&](cudaStream_t, int it) { if (it == 2) throw std::runtime_error("boom"); }, fast_options()),
+               std::runtime_error);
+  // The stream must not stay held by the spin kernel.
+  s.synchronize();
+}
+
+TEST(RankGroup, BarrierGatherAndMaxOverRanks) {
+  const int n = visible_device_count();
+  std::vector<int> devices;
+  for (int i = 0; i < n; ++i) devices.push_back(i);
+  RankGroup group(devices);
+  std::atomic<int> ran{0};
+  std::vector<Measurement> results(n);
+  group.run([&](Rank& self) {
+    ++ran;
+    group.barrier();
+    const auto all = group.all_gather(self.rank, self.rank * 10.0);
+    ASSERT_EQ(static_cast<int>(all.size()), n);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], r * 10.0);
+    // The last rank is slowest: every rank must report its time.
+    const std::uint64_t ns = self.rank == n - 1 ? 300000 : 50000;
+    results[self.rank] = group.measure(self, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
+  });
+  EXPECT_EQ(ran.load(), n);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_GE(results[r].stats.median, 300e-6 * 0.99);
+    EXPECT_EQ(results[r].samples, results[0].samples);
+  }
+}
+
+TEST(RankGroup, FailureOnOneRankEndsAllWithoutHanging) {
+  const int n = visible_device_count();
+  std::vector<int> devices;
+  for (int i = 0; i < n; ++i) devices.push_back(i);
+  RankGroup group(devices);
+  EXPECT_THROW(group.run([&](Rank& self) {
+    if (self.rank == 0) throw std::runtime_error("rank 0 fails");
+    group.barrier();  // would wait forever without the abort
+    group.barrier();
+  }), GpuError);
+}

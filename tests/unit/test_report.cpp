@@ -1,0 +1,138 @@
+// The result model and its writers: JSON round trip, numbers as numbers, Markdown and console.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/report.hpp"
+
+using namespace gpubench;
+
+namespace {
+Report sample_report() {
+  Report r;
+  r.module = "bandwidth";
+  r.version = "0.1.0+test";
+  r.run_id = "test_20260101_000000";
+  r.command = {"gpubench", "bandwidth"};
+  r.set_headline("hbm_triad_GBps", 4370.5, "GB/s");
+  CaseResult c;
+  c.group = "HBM fp64";
+  c.name = "triad";
+  c.params = {{"gpu", 0}, {"bytes", 1073741824}};
+  c.metric("bandwidth", 4370.5, "GB/s").metric("efficiency", 91.0, "%");
+  c.stats = compute_stats({1e-3, 1.1e-3, 0.9e-3});
+  r.add(c);
+  CaseResult s;
+  s.group = "HBM fp64";
+  s.name = "dot";
+  s.status = "skipped";
+  s.note = "not supported | here";
+  r.add(s);
+  Matrix m;
+  m.name = "p2p_unidir_ce_GBps";
+  m.title = "P2P unidirectional (GB/s)";
+  m.unit = "GB/s";
+  m.rows = m.cols = {"GPU0", "GPU1"};
+  m.values = {{NAN, 390.1}, {391.2, NAN}};
+  r.matrices.push_back(m);
+  Sweep sw;
+  sw.name = "p2p_sweep";
+  sw.title = "P2P size sweep";
+  sw.x_label = "size";
+  sw.x_unit = "bytes";
+  sw.y_label = "bandwidth";
+  sw.y_unit = "GB/s";
+  sw.series.push_back({"NVLink", {1048576, 2097152}, {100, 200}});
+  r.sweeps.push_back(sw);
+  r.warn("a warning");
+  r.warn("a warning");
+  return r;
+}
+}  // namespace
+
+TEST(Report, JsonShapeAndNumbers) {
+  const auto j = to_json(sample_report());
+  EXPECT_EQ(j["schema"], "gpubench.result/1");
+  EXPECT_TRUE(j["headline"]["hbm_triad_GBps"]["value"].is_number());
+  EXPECT_EQ(j["headline"]["hbm_triad_GBps"]["unit"], "GB/s");
+  EXPECT_EQ(j["results"][0]["case"], "triad");
+  EXPECT_TRUE(j["results"][0]["metrics"]["bandwidth"]["value"].is_number());
+  EXPECT_EQ(j["results"][0]["stats"]["unit"], "us");
+  EXPECT_NEAR(j["results"][0]["stats"]["median"].get<double>(), 1000.0, 1e-9);
+  EXPECT_TRUE(j["matrices"][0]["values"][0][0].is_null());  // NaN -> null, never "nan"
+  EXPECT_TRUE(j["matrices"][0]["values"][0][1].is_number());
+  EXPECT_EQ(j["warnings"].size(), 1u);
+  for (const char* k : {"schema", "module", "version", "run_id", "started_at", "finished_at", "command",
+                        "system", "config", "headline", "results", "monitor", "warnings", "status"})
+    EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(Report, JsonRoundTrip) {
+  const Report a = sample_report();
+  const Report b = report_from_json(to_json(a));
+  EXPECT_EQ(to_json(a).dump(), to_json(b).dump());
+}
+
+TEST(Report, SettleStatus) {
+  Report r = sample_report();
+  r.settle_status();
+  EXPECT_EQ(r.status, "ok");
+  CaseResult f;
+  f.name = "copy";
+  f.status = "failed";
+  r.add(f);
+  r.settle_status();
+  EXPECT_EQ(r.status, "partial");
+  Report only_failed;
+  only_failed.add(f);
+  only_failed.settle_status();
+  EXPECT_EQ(only_failed.status, "failed");
+}
+
+TEST(Report, MarkdownHasTablesMatricesAndChartLinks) {
+  const std::string md = render_markdown(sample_report());
+  EXPECT_NE(md.find("# gpubench bandwidth"), std::string::npos);
+  EXPECT_NE(md.find("## HBM fp64"), std::string::npos);
+  EXPECT_NE(md.find("| triad |"), std::string::npos);
+  EXPECT_NE(md.find("bandwidth (GB/s)"), std::string::npos);
+  EXPECT_NE(md.find("not supported \\| here"), std::string::npos);  // pipes escaped
+  EXPECT_NE(md.find("charts/bandwidth_p2p_unidir_ce_GBps.png"), std::string::npos);
+  EXPECT_NE(md.find("charts/bandwidth_p2p_sweep.png"), std::string::npos);
+  EXPECT_NE(md.find("| 1 MiB |"), std::string::npos);
+  EXPECT_NE(md.find("hbm_triad_GBps"), std::string::npos);
+}
+
+TEST(Report, ConsoleAligned) {
+  const std::string c = render_console(sample_report());
+  EXPECT_NE(c.find("HBM fp64"), std::string::npos);
+  EXPECT_NE(c.find("4370.5"), std::string::npos);
+  EXPECT_NE(c.find("warning: a warning"), std::string::npos);
+  EXPECT_NE(c.find("390.1"), std::string::npos);
+}
+
+TEST(Report, AtomicWriteAndOutputDir) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "gpubench_report_test";
+  fs::remove_all(dir);
+  const fs::path out = prepare_output_dir(dir.string(), "ignored");
+  write_report_files(out, sample_report());
+  EXPECT_TRUE(fs::exists(out / "bandwidth.json"));
+  EXPECT_TRUE(fs::exists(out / "bandwidth.md"));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(out)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2);  // no temp files left behind
+  std::ofstream(dir / "file") << "x";
+  EXPECT_THROW(prepare_output_dir((dir / "file" / "sub").string(), "x"), InputError);
+  EXPECT_THROW(prepare_output_dir((dir / "file").string(), "x"), InputError);
+  fs::remove_all(dir);
+}
+
+TEST(Report, RunIdFormat) {
+  const std::string id = make_run_id();
+  ASSERT_EQ(id.size(), 20u);
+  EXPECT_EQ(id.rfind("test_", 0), 0u);
+  EXPECT_EQ(id[13], '_');
+}
