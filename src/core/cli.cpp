@@ -188,7 +188,7 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   setup_logging(c.log_level);
   const std::string run_id = make_run_id();
   const auto dir = output_folder(c, run_id);  // bad folder: exit 2 before any measuring
-  const System sys = System::discover(m.name() == "env");
+  const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
   Report r = run_module(m, c, sys, run_id, command);
   if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
   if (!dir.empty()) write_report_files(dir, r);
@@ -293,6 +293,14 @@ int run_cli(int argc, char** argv) {
     CommonOptions all_common;
     std::string all_config;
     add_common_options(*all, all_common, all_config);
+    // CLI11 would call an unknown word an "extra argument": name it as a subcommand instead.
+    const auto is_subcommand = [&](const std::string& word) {
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        if (sub->get_name() == word) return true;
+      return false;
+    };
+    if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1]))
+      throw InputError(fmt::format("unknown subcommand '{}' (see gpubench --help)", argv[1]));
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -77,6 +78,8 @@ IniFile parse_ini(const std::string& text, const std::string& origin) {
 }
 
 IniFile load_ini(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(fmt::format("--config: cannot read '{}': it is a folder", path));
   std::ifstream f(path);
   if (!f) throw InputError(fmt::format("--config: cannot read '{}'", path));
   std::stringstream ss;

@@ -14,6 +14,8 @@ std::string format_number(double v) {
   if (!std::isfinite(v)) return "n/a";
   const double a = std::fabs(v);
   if (a == 0) return "0";
+  // Counts and other whole numbers read best without decimals.
+  if (a < 1e15 && v == std::floor(v)) return fmt::format("{:.0f}", v);
   if (a >= 1e6) return fmt::format("{:.4g}", v);
   if (a >= 100) return fmt::format("{:.1f}", v);
   if (a >= 10) return fmt::format("{:.2f}", v);

@@ -66,6 +66,13 @@ double number_from(const ojson& j) {
   return j.is_number() ? j.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
+// The object at `key`, or an empty one (items() on a temporary would dangle).
+const ojson& object_at(const ojson& j, const char* key) {
+  static const ojson empty = ojson::object();
+  const auto it = j.find(key);
+  return it != j.end() && it->is_object() ? *it : empty;
+}
+
 ojson metric_json(const Metric& m) { return ojson{{"value", number(m.value)}, {"unit", m.unit}}; }
 
 }  // namespace
@@ -143,14 +150,14 @@ Report report_from_json(const ojson& j) {
   if (j.contains("command")) r.command = j["command"].get<std::vector<std::string>>();
   r.system = j.value("system", ojson::object());
   r.config = j.value("config", ojson::object());
-  for (const auto& [k, v] : j.value("headline", ojson::object()).items())
+  for (const auto& [k, v] : object_at(j, "headline").items())
     r.headline.emplace_back(k, Metric{number_from(v["value"]), v.value("unit", "")});
   for (const auto& cj : j.value("results", ojson::array())) {
     CaseResult c;
     c.group = cj.value("group", "");
     c.name = cj.value("case", "");
     c.params = cj.value("params", ojson::object());
-    for (const auto& [k, v] : cj.value("metrics", ojson::object()).items())
+    for (const auto& [k, v] : object_at(cj, "metrics").items())
       c.metrics.emplace_back(k, Metric{number_from(v["value"]), v.value("unit", "")});
     if (cj.contains("stats")) {
       const auto& s = cj["stats"];

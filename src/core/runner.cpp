@@ -79,6 +79,8 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
       if (r.status == "ok") r.status = "partial";
     }
   }
+  // What will cap performance on this machine belongs in every report, not only env's.
+  for (const auto& w : system.warnings) r.warn(w);
   r.module = module.name();
   r.version = GPUBENCH_VERSION_STRING;
   r.run_id = run_id;
