@@ -28,11 +28,11 @@ for t in "$build"/tests/gpu_test_*; do
 done
 timed env "$bin" env --output-dir "$work/env"
 timed bandwidth_quick "$bin" bandwidth --quick --output-dir "$work/bandwidth_quick"
-if [ "${GPUBENCH_FULL:-1}" = 1 ]; then
-  timed bandwidth_full "$bin" bandwidth --output-dir "$work/bandwidth"
-fi
 if [ -n "${GPUBENCH_EXTRA:-}" ]; then
   timed extra bash -c "$GPUBENCH_EXTRA"
+fi
+if [ "${GPUBENCH_FULL:-1}" = 1 ]; then
+  timed bandwidth_full "$bin" bandwidth --output-dir "$work/bandwidth"
 fi
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"

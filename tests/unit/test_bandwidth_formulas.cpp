@@ -83,7 +83,7 @@ TEST(BandwidthFormulas, ExpectedValuesAndTolerance) {
 TEST(BandwidthSettings, DefaultsFollowTheMode) {
   const Settings full = resolve_settings(Options{}, false);
   EXPECT_EQ(full.parts.size(), 5u);
-  EXPECT_EQ(full.hbm_bytes, 1ull << 30);
+  EXPECT_EQ(full.hbm_bytes, 2ull << 30);
   EXPECT_EQ(full.host_bytes, 1ull << 30);
   EXPECT_EQ(full.pageable_bytes, 1ull << 30);
   EXPECT_EQ(full.p2p_bytes, 1ull << 30);

@@ -28,7 +28,7 @@ class BandwidthModule final : public Module {
     app.add_option("--tests", opts_.tests, "Parts to run: hbm,host,p2p,sweep,latency or all")
         ->capture_default_str();
     app.add_option("--hbm-size", opts_.hbm_size,
-                   "Bytes per HBM array (default 1G; 512M with --quick)");
+                   "Bytes per HBM array (default 2G; 512M with --quick)");
     app.add_option("--hbm-dtypes", opts_.hbm_dtypes, "HBM element types: fp32,fp64")
         ->capture_default_str();
     app.add_option("--host-size", opts_.host_size,

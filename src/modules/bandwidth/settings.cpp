@@ -124,7 +124,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.parts = parse_parts(o.tests);
   s.hbm_dtypes = parse_dtypes(o.hbm_dtypes);
-  s.hbm_bytes = size_option("--hbm-size", o.hbm_size, quick ? 512 * kMiB : kGiB);
+  s.hbm_bytes = size_option("--hbm-size", o.hbm_size, quick ? 512 * kMiB : 2 * kGiB);
   s.host_bytes = size_option("--host-size", o.host_size, quick ? 256 * kMiB : kGiB);
   s.p2p_bytes = size_option("--p2p-size", o.p2p_size, quick ? 256 * kMiB : kGiB);
   // Pageable copies go through a staging buffer at a fraction of pinned speed: quick mode
