@@ -103,7 +103,7 @@ TEST(BandwidthSettings, DefaultsFollowTheMode) {
   EXPECT_EQ(quick.sweep_sizes, (std::vector<std::uint64_t>{1ull << 20, 16ull << 20, 256ull << 20}));
 
   const auto j = full.to_json();
-  EXPECT_EQ(j["hbm_size"], 1ull << 30);
+  EXPECT_EQ(j["hbm_size"], 2ull << 30);
   EXPECT_EQ(j["tests"].size(), 5u);
 }
 
