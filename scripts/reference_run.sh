@@ -23,6 +23,7 @@ timed() {  # name, command...: runs, records exit code and wall seconds
 nvidia-smi >"$work/nvidia-smi.txt" 2>&1
 nvidia-smi topo -m >"$work/nvidia-smi-topo.txt" 2>&1
 # The GPU tests run as plain executables (ctest files hold the build machine's paths).
+export GPUBENCH_BINARY=$PWD/$bin
 for t in "$build"/tests/gpu_test_*; do
   timed "$(basename "$t")" timeout 600 "$t"
 done

@@ -11,17 +11,11 @@
 #include <sstream>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
 
 namespace gpubench {
 
 namespace {
-std::string trim(const std::string& s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
-
 // Strips a trailing " ; comment" or " # comment" (only after whitespace, so "a#b" stays).
 std::string strip_comment(const std::string& s) {
   for (std::size_t i = 1; i < s.size(); ++i)

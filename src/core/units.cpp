@@ -13,14 +13,14 @@
 
 namespace gpubench {
 
-namespace {
-
 std::string trim(const std::string& s) {
   std::size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
   return s.substr(b, e - b);
 }
+
+namespace {
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -82,14 +82,23 @@ std::vector<std::uint64_t> parse_size_list(const std::string& text) {
   return out;
 }
 
-std::string format_bytes(std::uint64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+namespace {
+// `bytes` scaled to the largest power of 1024 (up to TiB) that keeps it >= 1; the power in `u`.
+double scale_binary(std::uint64_t bytes, int& u) {
   double v = static_cast<double>(bytes);
-  int u = 0;
+  u = 0;
   while (v >= 1024.0 && u < 4) {
     v /= 1024.0;
     ++u;
   }
+  return v;
+}
+}  // namespace
+
+std::string format_bytes(std::uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  const double v = scale_binary(bytes, u);
   if (u == 0) return fmt::format("{} B", bytes);
   if (v == std::floor(v)) return fmt::format("{:.0f} {}", v, units[u]);
   return fmt::format("{:.2f} {}", v, units[u]);
@@ -97,12 +106,8 @@ std::string format_bytes(std::uint64_t bytes) {
 
 std::string format_bytes_short(std::uint64_t bytes) {
   static const char* units[] = {"", "K", "M", "G", "T"};
-  double v = static_cast<double>(bytes);
   int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
+  const double v = scale_binary(bytes, u);
   if (v == std::floor(v)) return fmt::format("{:.0f}{}", v, units[u]);
   return fmt::format("{:.1f}{}", v, units[u]);
 }

@@ -130,3 +130,21 @@ TEST(BandwidthModule, PeerPartsOnTwoGpus) {
 TEST(BandwidthModule, SizesBeyondFreeMemoryAreInputErrors) {
   EXPECT_THROW(run_bandwidth({"--tests", "hbm", "--hbm-size", "64T"}, {0}), InputError);
 }
+
+TEST(BandwidthModule, HostPartOnEveryGpuAtOnce) {
+  const int n = visible_device_count();
+  if (n < 2) GTEST_SKIP() << "needs 2 GPUs";
+  std::vector<int> gpus;
+  for (int i = 0; i < n; ++i) gpus.push_back(i);
+  const Report r = run_bandwidth({"--tests", "host", "--host-size", "32M"}, gpus);
+  expect_all_ok(r);
+  std::vector<std::string> directions;
+  for (const CaseResult& c : r.results) {
+    if (c.group.find("all GPUs at once") == std::string::npos) continue;
+    directions.push_back(c.params.value("direction", ""));
+    const Metric* bw = c.find_metric("bandwidth");
+    ASSERT_NE(bw, nullptr) << c.name;
+    EXPECT_GT(bw->value, 1) << c.name;
+  }
+  EXPECT_EQ(directions, (std::vector<std::string>{"h2d", "d2h", "both"}));
+}

@@ -20,6 +20,9 @@ std::string format_bytes_short(std::uint64_t bytes);
 // repeats, negatives and malformed text.
 std::vector<int> parse_gpu_list(const std::string& text, int visible);
 
+// `text` without leading and trailing white space.
+std::string trim(const std::string& text);
+
 // Splits "a, b ,c" into {"a","b","c"} (empty items are an error).
 std::vector<std::string> split_list(const std::string& text, char sep = ',');
 

@@ -61,7 +61,7 @@ std::string check_host(const void* buf, std::size_t bytes, std::uint64_t seed) {
 }
 
 struct HostMemory {
-  std::vector<PinnedBuffer> pinned;  // [0]: H2D source, [1]: D2H destination; then one per GPU
+  std::vector<PinnedBuffer> pinned;  // [0]: H2D source, [1]: D2H destination; 2 per GPU with 2+
   std::unique_ptr<unsigned char[]> pageable_src, pageable_dst;
 };
 
@@ -180,15 +180,19 @@ void run_gpu(RunState& rs, HostMemory& host, int gpu) {
   }
 }
 
-// Every selected GPU copies its own pinned buffer at once, H2D then D2H.
+// Every selected GPU copies its own pinned buffers at once: H2D, D2H, then both directions.
+// host.pinned[i] is GPU i's H2D source (or D2H destination), host.pinned[n + i] its D2H
+// destination when both directions run together.
 void run_all_gpus(RunState& rs, HostMemory& host) {
   const std::vector<int>& gpus = rs.ctx.gpus();
   const std::size_t bytes = rs.settings.host_bytes;
-  std::vector<DeviceBuffer> dev;
+  const std::size_t ngpu = gpus.size();
+  std::vector<DeviceBuffer> dev, dev_out;
   double peak = 0, slowest_peak = 0;
   bool peaks_known = true;
   for (int g : gpus) {
     dev.emplace_back(g, bytes);
+    dev_out.emplace_back(g, bytes);
     const double p = pcie_peak(rs, g);
     peaks_known = peaks_known && p > 0;
     peak += p;
@@ -198,49 +202,60 @@ void run_all_gpus(RunState& rs, HostMemory& host) {
   const int k = repeats_for(bytes, slowest_peak > 0 ? slowest_peak : kPcieGuessGBps);
   const int primary = gpus.front();
   Lane& plane = rs.lanes.of(primary);
-  const auto n = static_cast<double>(gpus.size());
+  const auto n = static_cast<double>(ngpu);
 
-  for (const char* dir : {"h2d", "d2h"}) {
+  for (const std::string dir : {"h2d", "d2h", "both"}) {
     if (Context::interrupted()) return;
-    const bool h2d = std::string(dir) == "h2d";
-    for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const bool up = dir != "d2h", down = dir != "h2d";
+    // Sources hold the pattern, destinations are cleared.
+    for (std::size_t i = 0; i < ngpu; ++i) {
       Lane& lane = rs.lanes.of(gpus[i]);
-      const std::uint64_t seed = seed_for("host.all", gpus[i]);
-      if (h2d) {
-        host_pattern_fill(host.pinned[i].get(), bytes, seed);
+      if (up) {
+        host_pattern_fill(host.pinned[i].get(), bytes, seed_for("host.all", gpus[i]));
         device_clear(lane, dev[i].get(), bytes);
-      } else {
-        device_pattern_fill(lane, dev[i].get(), bytes, seed);
-        std::memset(host.pinned[i].get(), 0, bytes);
+      }
+      if (down) {
+        device_pattern_fill(lane, dev_out[i].get(), bytes, seed_for("host.all.d2h", gpus[i]));
+        std::memset(host.pinned[up ? ngpu + i : i].get(), 0, bytes);
       }
     }
     std::vector<Leg> legs;
-    for (std::size_t i = 0; i < gpus.size(); ++i) {
+    for (std::size_t i = 0; i < ngpu; ++i) {
       Lane& lane = rs.lanes.of(gpus[i]);
-      void* d = dev[i].get();
-      void* h = host.pinned[i].get();
-      legs.push_back({gpus[i], lane.main, &lane.main_signal, [=](cudaStream_t x) {
-                        if (h2d)
+      if (up) {
+        void* d = dev[i].get();
+        const void* h = host.pinned[i].get();
+        legs.push_back({gpus[i], lane.main, &lane.main_signal, [=](cudaStream_t x) {
                           copies(d, h, bytes, cudaMemcpyHostToDevice, k, x);
-                        else
+                        }});
+      }
+      if (down) {
+        const void* d = dev_out[i].get();
+        void* h = host.pinned[up ? ngpu + i : i].get();
+        // With both directions, D2H runs on the side stream so it overlaps the H2D.
+        legs.push_back({gpus[i], up ? lane.side.get() : lane.main.get(),
+                        up ? &lane.side_signal : &lane.main_signal, [=](cudaStream_t x) {
                           copies(h, d, bytes, cudaMemcpyDeviceToHost, k, x);
-                      }});
+                        }});
+      }
     }
     const Measurement m = rs.ctx.measure(primary, plane.main, [&](cudaStream_t st, int) {
       run_legs(primary, st, plane.main_signal, legs);
     });
     std::string failure;
-    for (std::size_t i = 0; i < gpus.size() && failure.empty(); ++i) {
-      const std::uint64_t seed = seed_for("host.all", gpus[i]);
-      failure = h2d ? check_device(rs.lanes.of(gpus[i]), dev[i].get(), bytes, seed)
-                    : check_host(host.pinned[i].get(), bytes, seed);
+    for (std::size_t i = 0; i < ngpu && failure.empty(); ++i) {
+      if (up) failure = check_device(rs.lanes.of(gpus[i]), dev[i].get(), bytes, seed_for("host.all", gpus[i]));
+      if (failure.empty() && down)
+        failure = check_host(host.pinned[up ? ngpu + i : i].get(), bytes, seed_for("host.all.d2h", gpus[i]));
       if (!failure.empty()) failure = gpu_label(gpus[i]) + ": " + failure;
     }
+    const double directions = up && down ? 2.0 : 1.0;
     nlohmann::ordered_json params = {
         {"gpus", gpus}, {"direction", dir}, {"host_memory", "pinned"}, {"bytes_per_gpu", bytes}};
-    const std::string name = fmt::format("{} GPUs {}", gpus.size(), h2d ? "H2D" : "D2H");
+    const std::string label = dir == "h2d" ? "H2D" : dir == "d2h" ? "D2H" : "bidirectional";
+    const std::string name = fmt::format("{} GPUs {}", ngpu, label);
     if (const CaseResult* c = add_case(rs, kAllGroup, name, std::move(params), failure,
-                                       n * double(bytes) * k, k, m, peak))
+                                       directions * n * double(bytes) * k, k, m, directions * peak))
       rs.report.results.back().metric("per_gpu_bandwidth", c->metrics.front().second.value / n,
                                       "GB/s");
   }
@@ -252,7 +267,8 @@ void run_host(RunState& rs) {
   const std::vector<int>& gpus = rs.ctx.gpus();
   const Settings& s = rs.settings;
   HostMemory host;
-  const std::size_t buffers = std::max<std::size_t>(2, gpus.size());
+  // Two per GPU when several GPUs run at once (each direction its own buffer), else two.
+  const std::size_t buffers = gpus.size() >= 2 ? 2 * gpus.size() : 2;
   for (std::size_t i = 0; i < buffers; ++i) host.pinned.emplace_back(s.host_bytes);
   host.pageable_src.reset(new unsigned char[s.pageable_bytes]);
   host.pageable_dst.reset(new unsigned char[s.pageable_bytes]);

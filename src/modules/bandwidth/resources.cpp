@@ -175,7 +175,7 @@ void check_memory_fits(Context& ctx, const Settings& s) {
   // Pinned host memory: keep it under half of the machine's memory.
   std::vector<Need> host_needs;
   if (s.has(Part::Host)) {
-    const std::uint64_t buffers = std::max<std::uint64_t>(n, 2);
+    const std::uint64_t buffers = n >= 2 ? 2 * n : 2;  // all GPUs at once, both directions
     host_needs.push_back({buffers * s.host_bytes + 2 * s.pageable_bytes, "--host-size",
                           fmt::format("{} pinned buffers of {} and 2 pageable of {}", buffers,
                                       format_bytes(s.host_bytes), format_bytes(s.pageable_bytes))});
