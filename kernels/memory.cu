@@ -70,14 +70,17 @@ void launch_elementwise(T* out, const T* in0, const T* in1, std::size_t n, F f,
   const bool vec = aligned16(out) && (NIN < 1 || aligned16(in0)) && (NIN < 2 || aligned16(in1));
   // Enough threads for every whole vector and for the leftover elements.
   const auto blocks_for = [](std::size_t items) {
-    return static_cast<unsigned>(std::max<std::size_t>(1, (items + kElementwiseBlock - 1) / kElementwiseBlock));
+    return static_cast<unsigned>(
+        std::max<std::size_t>(1, (items + kElementwiseBlock - 1) / kElementwiseBlock));
   };
   if (vec) {
     constexpr int L = kLanes<T>;
     const std::size_t items = std::max(n / L, n % L);
-    elementwise_kernel<T, L, NIN, F><<<blocks_for(items), kElementwiseBlock, 0, stream>>>(out, in0, in1, n, f);
+    elementwise_kernel<T, L, NIN, F>
+        <<<blocks_for(items), kElementwiseBlock, 0, stream>>>(out, in0, in1, n, f);
   } else {
-    elementwise_kernel<T, 1, NIN, F><<<blocks_for(n), kElementwiseBlock, 0, stream>>>(out, in0, in1, n, f);
+    elementwise_kernel<T, 1, NIN, F>
+        <<<blocks_for(n), kElementwiseBlock, 0, stream>>>(out, in0, in1, n, f);
   }
   GPB_CHECK_LAUNCH();
 }

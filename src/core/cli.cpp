@@ -1,10 +1,10 @@
 // The command line: parse argv (and config.ini sections) with CLI11, run modules, write reports.
 #include "gpubench/core/cli.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <cstdio>
@@ -25,15 +25,23 @@ namespace gpubench {
 void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
   app.add_option("--gpus", c.gpus, "GPUs to use: all, 0,1 or 0-3")->capture_default_str();
   app.add_flag("--quick", c.quick, "Short run: smaller sizes, fewer iterations");
-  app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")->check(CLI::PositiveNumber);
+  app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
-  app.add_option("--min-time", c.min_time, "Minimum timed GPU seconds per measurement")->check(CLI::NonNegativeNumber);
-  app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this (e.g. 0.005)")->check(CLI::NonNegativeNumber);
-  app.add_option("--max-time", c.max_time, "Wall-clock cap per measurement, seconds")->check(CLI::PositiveNumber);
-  app.add_option("--l2", c.l2, "L2 policy: cold, rotate, hot")->check(CLI::IsMember({"cold", "rotate", "hot"}))->capture_default_str();
+  app.add_option("--min-time", c.min_time, "Minimum timed GPU seconds per measurement")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this (e.g. 0.005)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-time", c.max_time, "Wall-clock cap per measurement, seconds")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--l2", c.l2, "L2 policy: cold, rotate, hot")
+      ->check(CLI::IsMember({"cold", "rotate", "hot"}))
+      ->capture_default_str();
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error, off")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
-  app.add_option("--output-dir", c.output_dir, "Report folder (default results/test_YYYYMMDD_HHMMSS)");
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+  app.add_option("--output-dir", c.output_dir,
+                 "Report folder (default results/test_YYYYMMDD_HHMMSS)");
   app.add_option("--json", c.json, "Also write the JSON report to FILE ('-' = stdout only)");
   app.add_flag("--no-files", c.no_files, "Write no report files");
   app.add_option("--config", config, "INI file: [common] and [<subcommand>] sections");
@@ -93,9 +101,11 @@ void check_section_keys(const IniFile& ini, const std::string& section, const CL
   if (!s) return;
   for (const auto& e : s->entries) {
     if (e.key == "config")
-      throw InputError(fmt::format("{}:{}: 'config' cannot be set inside a config file", ini.origin, e.line));
+      throw InputError(
+          fmt::format("{}:{}: 'config' cannot be set inside a config file", ini.origin, e.line));
     if (!app.get_option_no_throw("--" + e.key))
-      throw InputError(fmt::format("{}:{}: unknown key '{}' in [{}]", ini.origin, e.line, e.key, section));
+      throw InputError(
+          fmt::format("{}:{}: unknown key '{}' in [{}]", ini.origin, e.line, e.key, section));
   }
 }
 
@@ -105,14 +115,16 @@ void check_sections(const IniFile& ini, const std::vector<ModulePtr>& modules) {
     bool known = false;
     for (const auto& m : modules) known = known || m->name() == s.name;
     if (!known)
-      throw InputError(fmt::format("{}:{}: unknown section [{}] (sections: common and the subcommands)",
-                                   ini.origin, s.line, s.name));
+      throw InputError(
+          fmt::format("{}:{}: unknown section [{}] (sections: common and the subcommands)",
+                      ini.origin, s.line, s.name));
   }
 }
 
 // Parses argv-after-subcommand for `m`, with the config's [common] and [m] sections first so
 // that the command line wins. Returns the effective common options.
-CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args, const IniFile* ini) {
+CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args,
+                           const IniFile* ini) {
   std::vector<std::string> args;
   if (ini) {
     ModuleApp probe(m);
@@ -127,7 +139,8 @@ CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args, 
   try {
     parsed.parse(args);
   } catch (const CLI::ParseError& e) {
-    throw InputError(ini ? fmt::format("{} (with {})", e.what(), ini->origin) : std::string(e.what()));
+    throw InputError(ini ? fmt::format("{} (with {})", e.what(), ini->origin)
+                         : std::string(e.what()));
   }
   return parsed.common;
 }
@@ -142,7 +155,9 @@ void print_report(const Report& r, const CommonOptions& c) {
   std::cout.flush();
 }
 
-int exit_code_of(const Report& r) { return r.status == "ok" ? kExitOk : kExitFailed; }
+int exit_code_of(const Report& r) {
+  return r.status == "ok" ? kExitOk : kExitFailed;
+}
 
 std::filesystem::path output_folder(const CommonOptions& c, const std::string& run_id) {
   if (c.no_files || (c.json == "-" && c.output_dir.empty())) return {};
@@ -209,7 +224,8 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   std::vector<std::pair<Module*, CommonOptions>> plan;
   for (auto& m : modules) {
     if (!m->available()) {
-      if (ini.find(m->name())) spdlog::warn("[{}] in {} ignored: `{}` is not available yet", m->name(), config, m->name());
+      if (ini.find(m->name()))
+        spdlog::warn("[{}] in {} ignored: `{}` is not available yet", m->name(), config, m->name());
       continue;
     }
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
@@ -253,7 +269,8 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   std::string failed;
   for (const auto& r : reports)
     if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
-  (first.json == "-" ? std::cerr : std::cout) << "summary: " << reports.size() << " modules, "
+  (first.json == "-" ? std::cerr : std::cout)
+      << "summary: " << reports.size() << " modules, "
       << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
   announce_folder(dir, first);
   if (Context::interrupted()) return kExitInterrupted;
@@ -268,7 +285,9 @@ int run_cli(int argc, char** argv) {
   try {
     std::signal(SIGINT, on_sigint);
     auto modules = make_modules();
-    CLI::App app{"gpubench: what a GPU server really delivers for LLM work, and which parallel layout to run on it"};
+    CLI::App app{
+        "gpubench: what a GPU server really delivers for LLM work, and which parallel layout to "
+        "run on it"};
     app.set_version_flag("--version", std::string("gpubench ") + GPUBENCH_VERSION_STRING);
     app.require_subcommand(1);
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -277,7 +296,8 @@ int run_cli(int argc, char** argv) {
     std::vector<std::unique_ptr<std::string>> configs;
     std::map<std::string, CLI::App*> subs;
     for (auto& m : modules) {
-      CLI::App* sub = app.add_subcommand(m->name(), m->available() ? m->help() : m->help() + " (not available yet)");
+      CLI::App* sub = app.add_subcommand(
+          m->name(), m->available() ? m->help() : m->help() + " (not available yet)");
       if (m->available()) {
         commons.push_back(std::make_unique<CommonOptions>());
         configs.push_back(std::make_unique<std::string>());
@@ -319,8 +339,10 @@ int run_cli(int argc, char** argv) {
       std::vector<std::string> rest;
       bool found = false;
       for (int i = 1; i < argc; ++i) {
-        if (found) rest.emplace_back(argv[i]);
-        else if (argv[i] == name) found = true;
+        if (found)
+          rest.emplace_back(argv[i]);
+        else if (argv[i] == name)
+          found = true;
       }
       return rest;
     };
@@ -329,7 +351,8 @@ int run_cli(int argc, char** argv) {
       Module& m = *modules[i];
       const bool parsed = subs[m.name()]->parsed();
       if (!m.available()) {
-        if (parsed) throw InputError(fmt::format("`{}` is not available yet in this gpubench", m.name()));
+        if (parsed)
+          throw InputError(fmt::format("`{}` is not available yet in this gpubench", m.name()));
         continue;
       }
       if (parsed) return cmd_module(m, rest_after(m.name()), *configs[k], command);

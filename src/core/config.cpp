@@ -63,9 +63,11 @@ IniFile parse_ini(const std::string& text, const std::string& origin) {
     std::string value = trim(line.substr(eq + 1));
     if (key.empty()) throw fail("empty key");
     if (!current) throw fail(fmt::format("key '{}' is outside any [section]", key));
-    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front())
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+        value.back() == value.front())
       value = value.substr(1, value.size() - 2);
-    if (!keys.insert(key).second) throw fail(fmt::format("key '{}' appears twice in [{}]", key, current->name));
+    if (!keys.insert(key).second)
+      throw fail(fmt::format("key '{}' appears twice in [{}]", key, current->name));
     current->entries.push_back(IniEntry{key, value, line_no});
   }
   return ini;
@@ -73,7 +75,8 @@ IniFile parse_ini(const std::string& text, const std::string& origin) {
 
 IniFile load_ini(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(fmt::format("--config: cannot read '{}': it is a folder", path));
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("--config: cannot read '{}': it is a folder", path));
   std::ifstream f(path);
   if (!f) throw InputError(fmt::format("--config: cannot read '{}'", path));
   std::stringstream ss;
@@ -91,11 +94,15 @@ std::vector<std::string> section_args(const IniFile& ini, const std::string& sec
     const bool is_flag = std::find(flags.begin(), flags.end(), e.key) != flags.end();
     if (is_flag) {
       std::string v = e.value;
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (v == "true" || v == "yes" || v == "on" || v == "1") args.push_back("--" + e.key);
-      else if (v == "false" || v == "no" || v == "off" || v == "0") continue;
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      if (v == "true" || v == "yes" || v == "on" || v == "1")
+        args.push_back("--" + e.key);
+      else if (v == "false" || v == "no" || v == "off" || v == "0")
+        continue;
       else
-        throw InputError(fmt::format("{}:{}: '{}' takes true or false, not '{}'", ini.origin, e.line, e.key, e.value));
+        throw InputError(fmt::format("{}:{}: '{}' takes true or false, not '{}'", ini.origin,
+                                     e.line, e.key, e.value));
     } else {
       args.push_back(fmt::format("--{}={}", e.key, e.value));
     }

@@ -37,7 +37,10 @@ MeasureOptions measure_options_from(const CommonOptions& c) {
 }
 
 Context::Context(const System& system, std::vector<int> gpus, const CommonOptions& common)
-    : system_(system), gpus_(std::move(gpus)), common_(common), measure_(measure_options_from(common)) {
+    : system_(system),
+      gpus_(std::move(gpus)),
+      common_(common),
+      measure_(measure_options_from(common)) {
   monitor_ = std::make_unique<Monitor>(gpus_);
 }
 
@@ -60,7 +63,11 @@ Measurement Context::measure(int gpu, cudaStream_t stream, const Launch& launch,
   return m;
 }
 
-bool Context::interrupted() noexcept { return g_interrupted.load(); }
-void Context::request_interrupt() noexcept { g_interrupted.store(true); }
+bool Context::interrupted() noexcept {
+  return g_interrupted.load();
+}
+void Context::request_interrupt() noexcept {
+  g_interrupted.store(true);
+}
 
 }  // namespace gpubench

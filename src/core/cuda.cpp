@@ -71,9 +71,9 @@ DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : bytes_(bytes), devic
     if (err == cudaErrorMemoryAllocation) {
       std::size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
-      throw GpuError(fmt::format("cannot allocate {:.2f} GiB on GPU {}: {:.2f} GiB free of {:.2f} GiB",
-                                 bytes / 1073741824.0, device, free_b / 1073741824.0,
-                                 total_b / 1073741824.0));
+      throw GpuError(
+          fmt::format("cannot allocate {:.2f} GiB on GPU {}: {:.2f} GiB free of {:.2f} GiB",
+                      bytes / 1073741824.0, device, free_b / 1073741824.0, total_b / 1073741824.0));
     }
     throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
   }
@@ -114,20 +114,27 @@ Stream::~Stream() {
   if (stream_) GPB_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
 
-void Stream::synchronize() const { GPB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+  GPB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 Event::Event(int device, bool timing) : device_(device) {
   DeviceGuard guard(device);
-  GPB_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  GPB_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 Event::~Event() {
   if (event_) GPB_CUDA_CHECK_NOTHROW(cudaEventDestroy(event_));
 }
 
-void Event::record(cudaStream_t stream) const { GPB_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::record(cudaStream_t stream) const {
+  GPB_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
 
-void Event::synchronize() const { GPB_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void Event::synchronize() const {
+  GPB_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
 double Event::seconds_since(const Event& start) const {
   float ms = 0;

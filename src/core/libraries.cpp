@@ -18,8 +18,8 @@ int current_device() noexcept {
 }  // namespace
 
 void throw_nccl_error(ncclResult_t res, const char* call, const char* file, int line) {
-  throw GpuError(fmt::format("{} failed: {} at {}:{} on GPU {}", call, ncclGetErrorString(res), file, line,
-                             current_device()));
+  throw GpuError(fmt::format("{} failed: {} at {}:{} on GPU {}", call, ncclGetErrorString(res),
+                             file, line, current_device()));
 }
 
 std::string nccl_library_version() {
@@ -33,7 +33,9 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank) {
   GPB_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
 }
 
-NcclComm::~NcclComm() { reset(); }
+NcclComm::~NcclComm() {
+  reset();
+}
 
 void NcclComm::reset() noexcept {
   if (!comm_) return;
@@ -48,8 +50,9 @@ void NcclComm::abort() noexcept {
 }
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
-  throw GpuError(fmt::format("{} failed: {} ({}) at {}:{} on GPU {}", call, cublasLtGetStatusString(st),
-                             cublasLtGetStatusName(st), file, line, current_device()));
+  throw GpuError(fmt::format("{} failed: {} ({}) at {}:{} on GPU {}", call,
+                             cublasLtGetStatusString(st), cublasLtGetStatusName(st), file, line,
+                             current_device()));
 }
 
 std::string cublaslt_library_version() {
@@ -58,8 +61,12 @@ std::string cublaslt_library_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 
-CublasLtHandle::CublasLtHandle() { GPB_CUBLAS_CHECK(cublasLtCreate(&h_)); }
-CublasLtHandle::~CublasLtHandle() { reset(); }
+CublasLtHandle::CublasLtHandle() {
+  GPB_CUBLAS_CHECK(cublasLtCreate(&h_));
+}
+CublasLtHandle::~CublasLtHandle() {
+  reset();
+}
 void CublasLtHandle::reset() noexcept {
   if (h_) (void)cublasLtDestroy(h_);
   h_ = nullptr;

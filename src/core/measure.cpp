@@ -19,9 +19,12 @@ namespace gpubench {
 
 const char* to_string(L2Policy p) {
   switch (p) {
-    case L2Policy::Cold: return "cold";
-    case L2Policy::Rotate: return "rotate";
-    case L2Policy::Hot: return "hot";
+    case L2Policy::Cold:
+      return "cold";
+    case L2Policy::Rotate:
+      return "rotate";
+    case L2Policy::Hot:
+      return "hot";
   }
   return "cold";
 }
@@ -38,7 +41,7 @@ L2Policy parse_l2_policy(const std::string& text) {
 
 namespace {
 constexpr std::uint64_t kSpinTimeoutNs = 2'000'000'000ull;  // a lost release never hangs a stream
-constexpr int kMaxBatch = 64;              // iterations queued behind one spin
+constexpr int kMaxBatch = 64;                               // iterations queued behind one spin
 constexpr double kBatchTargetSeconds = 0.05;  // queue about this much GPU work per batch
 }  // namespace
 
@@ -48,7 +51,9 @@ struct SpinGate::Impl {
   volatile int* host_flag() { return static_cast<volatile int*>(flag.get()); }
 };
 
-SpinGate::SpinGate(int device) : impl_(new Impl{device}) { *impl_->host_flag() = 1; }
+SpinGate::SpinGate(int device) : impl_(new Impl{device}) {
+  *impl_->host_flag() = 1;
+}
 
 SpinGate::~SpinGate() {
   if (impl_) *impl_->host_flag() = 1;  // release anything still spinning
@@ -58,7 +63,8 @@ SpinGate::~SpinGate() {
 void SpinGate::hold(cudaStream_t stream) {
   *impl_->host_flag() = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  launch_spin_wait(static_cast<const volatile int*>(impl_->flag.device_ptr()), kSpinTimeoutNs, stream);
+  launch_spin_wait(static_cast<const volatile int*>(impl_->flag.device_ptr()), kSpinTimeoutNs,
+                   stream);
 }
 
 void SpinGate::release() {
@@ -87,15 +93,20 @@ struct Measurer::Impl {
 };
 
 Measurer::Measurer(int device) : impl_(new Impl(device)) {}
-Measurer::~Measurer() { delete impl_; }
-int Measurer::device() const noexcept { return impl_->device; }
+Measurer::~Measurer() {
+  delete impl_;
+}
+int Measurer::device() const noexcept {
+  return impl_->device;
+}
 
 void Measurer::flush_l2(cudaStream_t stream) {
   if (!impl_->l2_flush) {
     int l2 = 0;
     GPB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, impl_->device));
     // Twice the L2 so no line of the measured data survives the flush.
-    impl_->l2_flush = DeviceBuffer(impl_->device, std::max<std::size_t>(2u * static_cast<unsigned>(l2), 1u << 20));
+    impl_->l2_flush = DeviceBuffer(impl_->device,
+                                   std::max<std::size_t>(2u * static_cast<unsigned>(l2), 1u << 20));
   }
   GPB_CUDA_CHECK(cudaMemsetAsync(impl_->l2_flush.get(), 0, impl_->l2_flush.bytes(), stream));
 }
@@ -105,7 +116,8 @@ namespace {
 // How many iterations to queue in the next batch.
 int next_batch(const MeasureOptions& o, std::size_t done, double est_seconds) {
   if (o.fixed_iters > 0) return std::min<int>(kMaxBatch, o.fixed_iters - static_cast<int>(done));
-  int by_time = est_seconds > 0 ? static_cast<int>(std::ceil(kBatchTargetSeconds / est_seconds)) : 1;
+  int by_time =
+      est_seconds > 0 ? static_cast<int>(std::ceil(kBatchTargetSeconds / est_seconds)) : 1;
   by_time = std::clamp(by_time, 1, kMaxBatch);
   const int to_min = o.min_iters - static_cast<int>(done);
   int batch = std::max(by_time, std::min(to_min, kMaxBatch));
@@ -170,7 +182,11 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (o.fixed_iters > 0) {
-        if (n >= o.fixed_iters) { m.converged = true; m.stop_reason = "iters"; break; }
+        if (n >= o.fixed_iters) {
+          m.converged = true;
+          m.stop_reason = "iters";
+          break;
+        }
         continue;
       }
       if (n >= o.min_iters && total >= o.min_time_s && relative_noise(m.samples) <= o.max_noise) {
@@ -178,8 +194,14 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
         m.stop_reason = "noise";
         break;
       }
-      if (n >= o.max_iters) { m.stop_reason = "max_iters"; break; }
-      if (elapsed >= o.max_time_s && n >= std::min(o.min_iters, 3)) { m.stop_reason = "time_cap"; break; }
+      if (n >= o.max_iters) {
+        m.stop_reason = "max_iters";
+        break;
+      }
+      if (elapsed >= o.max_time_s && n >= std::min(o.min_iters, 3)) {
+        m.stop_reason = "time_cap";
+        break;
+      }
     }
   } catch (...) {
     if (monitor) (void)monitor->stop();
@@ -187,8 +209,8 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
   }
   if (monitor) m.monitor = monitor->stop();
   m.stats = compute_stats(m.samples);
-  spdlog::debug("measured GPU {}: n={} median={:.3f} us cv={:.4f} stop={}", impl_->device, m.stats.n,
-                m.stats.median * 1e6, m.stats.cv, m.stop_reason);
+  spdlog::debug("measured GPU {}: n={} median={:.3f} us cv={:.4f} stop={}", impl_->device,
+                m.stats.n, m.stats.median * 1e6, m.stats.cv, m.stop_reason);
   return m;
 }
 

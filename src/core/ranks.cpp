@@ -57,8 +57,12 @@ RankGroup::RankGroup(std::vector<int> devices) : impl_(std::make_unique<Impl>())
 
 RankGroup::~RankGroup() = default;
 
-int RankGroup::size() const noexcept { return static_cast<int>(impl_->devices.size()); }
-const std::vector<int>& RankGroup::devices() const noexcept { return impl_->devices; }
+int RankGroup::size() const noexcept {
+  return static_cast<int>(impl_->devices.size());
+}
+const std::vector<int>& RankGroup::devices() const noexcept {
+  return impl_->devices;
+}
 
 void RankGroup::run(const std::function<void(Rank&)>& body) {
   {
@@ -99,7 +103,9 @@ void RankGroup::run(const std::function<void(Rank&)>& body) {
   }
 }
 
-void RankGroup::barrier() { impl_->barrier(); }
+void RankGroup::barrier() {
+  impl_->barrier();
+}
 
 std::vector<double> RankGroup::all_gather(int rank, double value) {
   impl_->slots[rank] = value;
@@ -143,10 +149,12 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
     // Rank 0 decides (its host clock bounds the loop); every rank follows its decision.
     double decision = 0;  // 0 go on, 1 converged (noise or fixed count), 2 max iters, 3 time cap
     if (self.rank == 0) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (o.fixed_iters > 0) {
         decision = n >= o.fixed_iters ? 1 : 0;
-      } else if (n >= o.min_iters && total >= o.min_time_s && relative_noise(m.samples) <= o.max_noise) {
+      } else if (n >= o.min_iters && total >= o.min_time_s &&
+                 relative_noise(m.samples) <= o.max_noise) {
         decision = 1;
       } else if (n >= o.max_iters) {
         decision = 2;

@@ -14,7 +14,8 @@ namespace {
 
 class PlannedModule final : public Module {
  public:
-  PlannedModule(std::string name, std::string help) : name_(std::move(name)), help_(std::move(help)) {}
+  PlannedModule(std::string name, std::string help)
+      : name_(std::move(name)), help_(std::move(help)) {}
   std::string name() const override { return name_; }
   std::string help() const override { return help_; }
   bool available() const override { return false; }
@@ -35,11 +36,16 @@ std::vector<ModulePtr> make_modules() {
   std::vector<ModulePtr> m;
   m.push_back(make_env_module());
   m.push_back(make_bandwidth_module());
-  m.push_back(std::make_unique<PlannedModule>("allreduce", "NCCL collectives: algbw/busbw sweeps, verified"));
-  m.push_back(std::make_unique<PlannedModule>("matmul", "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape"));
-  m.push_back(std::make_unique<PlannedModule>("seqlen", "LLM prefill/decode latency against sequence length and batch"));
-  m.push_back(std::make_unique<PlannedModule>("tp", "Tensor-parallel transformer: speed-up, efficiency, communication"));
-  m.push_back(std::make_unique<PlannedModule>("pp", "Pipeline-parallel transformer: bubbles, schedules, layouts"));
+  m.push_back(std::make_unique<PlannedModule>("allreduce",
+                                              "NCCL collectives: algbw/busbw sweeps, verified"));
+  m.push_back(std::make_unique<PlannedModule>("matmul",
+                                              "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape"));
+  m.push_back(std::make_unique<PlannedModule>(
+      "seqlen", "LLM prefill/decode latency against sequence length and batch"));
+  m.push_back(std::make_unique<PlannedModule>(
+      "tp", "Tensor-parallel transformer: speed-up, efficiency, communication"));
+  m.push_back(std::make_unique<PlannedModule>(
+      "pp", "Pipeline-parallel transformer: bubbles, schedules, layouts"));
   return m;
 }
 

@@ -18,7 +18,9 @@ namespace gpubench {
 using detail::render_aligned;
 using detail::render_pipe;
 
-std::string render_json(const Report& r, int indent) { return to_json(r).dump(indent) + "\n"; }
+std::string render_json(const Report& r, int indent) {
+  return to_json(r).dump(indent) + "\n";
+}
 
 namespace {
 
@@ -36,10 +38,11 @@ std::string monitor_lines(const ojson& mon, const char* bullet) {
     std::string reasons;
     for (const auto& n : g.value("throttle_reasons", ojson::array()))
       reasons += (reasons.empty() ? "" : ", ") + n.get<std::string>();
-    out += fmt::format("{}GPU {}: SM {}-{} MHz, memory {}-{} MHz, max {} C, max {:.0f} W{}{}\n", bullet,
-                       g.value("gpu", -1), g["sm_clock_MHz"].value("min", 0), g["sm_clock_MHz"].value("max", 0),
-                       g["mem_clock_MHz"].value("min", 0), g["mem_clock_MHz"].value("max", 0),
-                       g.value("temperature_max_C", 0), g.value("power_max_W", 0.0),
+    out += fmt::format("{}GPU {}: SM {}-{} MHz, memory {}-{} MHz, max {} C, max {:.0f} W{}{}\n",
+                       bullet, g.value("gpu", -1), g["sm_clock_MHz"].value("min", 0),
+                       g["sm_clock_MHz"].value("max", 0), g["mem_clock_MHz"].value("min", 0),
+                       g["mem_clock_MHz"].value("max", 0), g.value("temperature_max_C", 0),
+                       g.value("power_max_W", 0.0),
                        reasons.empty() ? "" : ", clock events: " + reasons,
                        g.value("throttled", false) ? " (THROTTLED)" : "");
   }
@@ -67,7 +70,8 @@ std::string render_markdown(const Report& r) {
     for (const auto& w : r.warnings) md += "- " + w + "\n";
     md += "\n";
   }
-  for (const auto& t : detail::case_tables(r)) md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
+  for (const auto& t : detail::case_tables(r))
+    md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
   for (const auto& m : r.matrices) {
     const auto t = detail::matrix_table(m);
     md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
@@ -81,7 +85,8 @@ std::string render_markdown(const Report& r) {
   const std::string mon = monitor_lines(r.monitor, "- ");
   if (!mon.empty()) md += "## Clocks, power and temperature while measuring\n\n" + mon + "\n";
   if (!r.matrices.empty() || !r.sweeps.empty())
-    md += "_Charts are drawn by `scripts/plot_results.py <run folder>` (quick_start.sh runs it)._\n";
+    md +=
+        "_Charts are drawn by `scripts/plot_results.py <run folder>` (quick_start.sh runs it)._\n";
   return md;
 }
 
@@ -105,7 +110,8 @@ std::string render_summary_markdown(const std::vector<Report>& reports) {
   md += "\n## Headline figures\n\n| module | key | value | unit |\n|---|---|---:|---|\n";
   for (const auto& r : reports)
     for (const auto& [k, m] : r.headline)
-      md += fmt::format("| {} | {} | {} | {} |\n", r.module, k, detail::format_number(m.value), m.unit);
+      md += fmt::format("| {} | {} | {} | {} |\n", r.module, k, detail::format_number(m.value),
+                        m.unit);
   return md;
 }
 
@@ -148,7 +154,9 @@ std::filesystem::path prepare_output_dir(const std::string& output_dir, const st
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw InputError(fmt::format("--output-dir: '{}' exists and is not a folder", dir.string()));
   fs::create_directories(dir, ec);
-  if (ec) throw InputError(fmt::format("--output-dir: cannot create '{}': {}", dir.string(), ec.message()));
+  if (ec)
+    throw InputError(
+        fmt::format("--output-dir: cannot create '{}': {}", dir.string(), ec.message()));
   if (::access(dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("--output-dir: '{}' is not writable", dir.string()));
   return dir;

@@ -66,7 +66,8 @@ std::vector<TextTable> case_tables(const Report& r) {
     for (const auto& c : r.results) {
       if (c.group != g) continue;
       std::vector<std::string> row{c.name};
-      for (const auto& k : param_keys) row.push_back(c.params.contains(k) ? param_text(c.params[k]) : "");
+      for (const auto& k : param_keys)
+        row.push_back(c.params.contains(k) ? param_text(c.params[k]) : "");
       for (const auto& [k, unit] : metric_keys) {
         const Metric* m = c.find_metric(k);
         row.push_back(m && m->unit == unit ? format_number(m->value) : "");
@@ -108,7 +109,8 @@ TextTable sweep_table(const Sweep& s) {
     t.headers.push_back(s.y_unit.empty() ? se.label : fmt::format("{} ({})", se.label, s.y_unit));
   for (double x : xs) {
     std::vector<std::string> row;
-    row.push_back(s.x_unit == "bytes" ? format_bytes(static_cast<std::uint64_t>(x)) : format_number(x));
+    row.push_back(s.x_unit == "bytes" ? format_bytes(static_cast<std::uint64_t>(x))
+                                      : format_number(x));
     for (const auto& se : s.series) {
       std::string cell;
       for (std::size_t i = 0; i < se.x.size() && i < se.y.size(); ++i)
@@ -133,7 +135,8 @@ std::vector<std::size_t> widths_of(const TextTable& t) {
   std::vector<std::size_t> w(t.headers.size(), 0);
   for (std::size_t i = 0; i < t.headers.size(); ++i) w[i] = t.headers[i].size();
   for (const auto& row : t.rows)
-    for (std::size_t i = 0; i < row.size() && i < w.size(); ++i) w[i] = std::max(w[i], row[i].size());
+    for (std::size_t i = 0; i < row.size() && i < w.size(); ++i)
+      w[i] = std::max(w[i], row[i].size());
   return w;
 }
 }  // namespace
@@ -163,9 +166,12 @@ std::string render_pipe(const TextTable& t) {
   auto esc = [](std::string s) {
     std::string o;
     for (char c : s) {
-      if (c == '|') o += "\\|";
-      else if (c == '\n') o += ' ';
-      else o += c;
+      if (c == '|')
+        o += "\\|";
+      else if (c == '\n')
+        o += ' ';
+      else
+        o += c;
     }
     return o;
   };
@@ -177,7 +183,8 @@ std::string render_pipe(const TextTable& t) {
   out += "\n";
   for (const auto& row : t.rows) {
     out += "| ";
-    for (std::size_t i = 0; i < t.headers.size(); ++i) out += esc(i < row.size() ? row[i] : "") + " | ";
+    for (std::size_t i = 0; i < t.headers.size(); ++i)
+      out += esc(i < row.size() ? row[i] : "") + " | ";
     out.pop_back();
     out += "\n";
   }

@@ -53,15 +53,20 @@ void Report::settle_status() {
                                     [](const CaseResult& c) { return c.status == "failed"; });
   const auto ran = std::count_if(results.begin(), results.end(),
                                  [](const CaseResult& c) { return c.status != "skipped"; });
-  if (failed == 0) status = "ok";
-  else if (failed == ran) status = "failed";
-  else status = "partial";
+  if (failed == 0)
+    status = "ok";
+  else if (failed == ran)
+    status = "failed";
+  else
+    status = "partial";
 }
 
 namespace {
 
 // Numbers as numbers; NaN and infinities (not representable in JSON) as null.
-ojson number(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
+ojson number(double v) {
+  return std::isfinite(v) ? ojson(v) : ojson(nullptr);
+}
 double number_from(const ojson& j) {
   return j.is_number() ? j.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
@@ -73,7 +78,9 @@ const ojson& object_at(const ojson& j, const char* key) {
   return it != j.end() && it->is_object() ? *it : empty;
 }
 
-ojson metric_json(const Metric& m) { return ojson{{"value", number(m.value)}, {"unit", m.unit}}; }
+ojson metric_json(const Metric& m) {
+  return ojson{{"value", number(m.value)}, {"unit", m.unit}};
+}
 
 }  // namespace
 
@@ -114,9 +121,14 @@ ojson to_json(const Report& r) {
       for (double v : row) rj.push_back(number(v));
       values.push_back(rj);
     }
-    matrices.push_back({{"name", m.name}, {"title", m.title}, {"unit", m.unit},
-                        {"row_label", m.row_label}, {"col_label", m.col_label},
-                        {"rows", m.rows}, {"cols", m.cols}, {"values", values}});
+    matrices.push_back({{"name", m.name},
+                        {"title", m.title},
+                        {"unit", m.unit},
+                        {"row_label", m.row_label},
+                        {"col_label", m.col_label},
+                        {"rows", m.rows},
+                        {"cols", m.cols},
+                        {"values", values}});
   }
   j["matrices"] = matrices;
   ojson sweeps = ojson::array();
@@ -127,9 +139,14 @@ ojson to_json(const Report& r) {
       for (double v : se.y) y.push_back(number(v));
       series.push_back({{"label", se.label}, {"x", se.x}, {"y", y}});
     }
-    sweeps.push_back({{"name", s.name}, {"title", s.title}, {"x_label", s.x_label},
-                      {"x_unit", s.x_unit}, {"y_label", s.y_label}, {"y_unit", s.y_unit},
-                      {"log_x", s.log_x}, {"series", series}});
+    sweeps.push_back({{"name", s.name},
+                      {"title", s.title},
+                      {"x_label", s.x_label},
+                      {"x_unit", s.x_unit},
+                      {"y_label", s.y_label},
+                      {"y_unit", s.y_unit},
+                      {"log_x", s.log_x},
+                      {"series", series}});
   }
   j["sweeps"] = sweeps;
   j["monitor"] = r.monitor;

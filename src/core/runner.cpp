@@ -25,15 +25,10 @@ std::string utc_now() {
 namespace {
 
 ojson common_json(const CommonOptions& c, const MeasureOptions& m) {
-  return ojson{{"gpus", c.gpus},
-               {"quick", c.quick},
-               {"warmup", m.warmup},
-               {"iters", m.fixed_iters},
-               {"min_iters", m.min_iters},
-               {"min_time_s", m.min_time_s},
-               {"max_noise", m.max_noise},
-               {"max_time_s", m.max_time_s},
-               {"l2", to_string(m.l2)}};
+  return ojson{
+      {"gpus", c.gpus},           {"quick", c.quick},           {"warmup", m.warmup},
+      {"iters", m.fixed_iters},   {"min_iters", m.min_iters},   {"min_time_s", m.min_time_s},
+      {"max_noise", m.max_noise}, {"max_time_s", m.max_time_s}, {"l2", to_string(m.l2)}};
 }
 
 }  // namespace
@@ -44,10 +39,15 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
   const MeasureOptions measure = measure_options_from(common);  // validates --l2
   module.validate();
   std::vector<int> gpus;
-  if (!system.gpus.empty()) gpus = parse_gpu_list(common.gpus, static_cast<int>(system.gpus.size()));
-  else if (common.gpus != "all") throw NoGpuError(fmt::format("--gpus {}: no usable GPU ({})", common.gpus, system.no_gpu_reason));
+  if (!system.gpus.empty())
+    gpus = parse_gpu_list(common.gpus, static_cast<int>(system.gpus.size()));
+  else if (common.gpus != "all")
+    throw NoGpuError(
+        fmt::format("--gpus {}: no usable GPU ({})", common.gpus, system.no_gpu_reason));
   if (module.needs_gpu() && gpus.empty())
-    throw NoGpuError(fmt::format("no usable GPU: {}", system.no_gpu_reason.empty() ? "none selected" : system.no_gpu_reason));
+    throw NoGpuError(fmt::format("no usable GPU: {}", system.no_gpu_reason.empty()
+                                                          ? "none selected"
+                                                          : system.no_gpu_reason));
 
   Report r;
   if (auto why = module.unsupported(system, gpus)) {
@@ -72,7 +72,9 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
       if (!g.throttled()) continue;
       std::string names;
       for (const auto& n : g.throttle_names()) names += (names.empty() ? "" : ", ") + n;
-      r.warn(fmt::format("GPU {} throttled while measuring ({}): figures may be below what it can do", g.gpu, names));
+      r.warn(
+          fmt::format("GPU {} throttled while measuring ({}): figures may be below what it can do",
+                      g.gpu, names));
     }
     if (Context::interrupted()) {
       r.warn("interrupted: the report holds the cases finished before Ctrl-C");

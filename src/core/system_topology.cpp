@@ -24,8 +24,8 @@ double PcieInfo::GBps_current() const {
 }
 
 // DDR memory moves two words per clock: MHz x 1e6 x 2 x bus bits / 8 = bytes/s.
-// H100 SXM: 2619 MHz x 5120 bits -> 3352 GB/s; H200: 3201 MHz x 6016 bits (as CUDA reports it) -> 4814 GB/s
-// (its spec sheet says 4.8 TB/s).
+// H100 SXM: 2619 MHz x 5120 bits -> 3352 GB/s; H200: 3201 MHz x 6016 bits (as CUDA reports it) ->
+// 4814 GB/s (its spec sheet says 4.8 TB/s).
 double GpuInfo::hbm_GBps_theoretical() const {
   if (memory_clock_max_MHz <= 0 || memory_bus_width_bits <= 0) return 0;
   return memory_clock_max_MHz * 1e6 * 2.0 * memory_bus_width_bits / 8.0 / 1e9;

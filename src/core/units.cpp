@@ -50,17 +50,20 @@ std::uint64_t parse_size(const std::string& text_raw) {
   const std::string text = trim(text_raw);
   if (text.empty()) throw InputError("empty size (expected e.g. 4K, 64M, 2G)");
   std::size_t pos = 0;
-  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
+  while (pos < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
     ++pos;
   if (text[0] == '-') throw InputError(fmt::format("size '{}' is negative", text));
-  if (pos == 0) throw InputError(fmt::format("size '{}' is not a number (expected e.g. 4K, 64M, 2G)", text));
+  if (pos == 0)
+    throw InputError(fmt::format("size '{}' is not a number (expected e.g. 4K, 64M, 2G)", text));
   const std::string number = text.substr(0, pos);
   if (std::count(number.begin(), number.end(), '.') > 1)
     throw InputError(fmt::format("size '{}' is malformed", text));
   const std::string suffix = trim(text.substr(pos));
   const double mult = suffix_multiplier(suffix);
   if (mult == 0)
-    throw InputError(fmt::format("size '{}' has an unknown unit '{}' (use K, M, G, T, KiB.., kB..)", text, suffix));
+    throw InputError(fmt::format("size '{}' has an unknown unit '{}' (use K, M, G, T, KiB.., kB..)",
+                                 text, suffix));
   double value = 0;
   try {
     value = std::stod(number);
@@ -119,7 +122,8 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
   if (t.empty()) throw InputError("empty list");
   while (true) {
     const std::size_t end = t.find(sep, start);
-    std::string item = trim(t.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    std::string item =
+        trim(t.substr(start, end == std::string::npos ? std::string::npos : end - start));
     if (item.empty()) throw InputError(fmt::format("list '{}' has an empty item", text));
     out.push_back(item);
     if (end == std::string::npos) break;
@@ -137,8 +141,10 @@ std::vector<int> parse_gpu_list(const std::string& text, int visible) {
   }
   std::set<int> seen;
   auto parse_id = [&](const std::string& s) {
-    if (s.empty() || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }))
-      throw InputError(fmt::format("--gpus: '{}' is not a GPU index (use e.g. 0,1 or 0-3 or all)", s));
+    if (s.empty() ||
+        !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }))
+      throw InputError(
+          fmt::format("--gpus: '{}' is not a GPU index (use e.g. 0,1 or 0-3 or all)", s));
     long v = 0;
     try {
       v = std::stol(s);
@@ -146,8 +152,8 @@ std::vector<int> parse_gpu_list(const std::string& text, int visible) {
       throw InputError(fmt::format("--gpus: '{}' is not a GPU index", s));
     }
     if (v >= visible)
-      throw InputError(fmt::format("--gpus: GPU {} does not exist ({} visible: 0-{})", v, visible,
-                                   visible - 1));
+      throw InputError(
+          fmt::format("--gpus: GPU {} does not exist ({} visible: 0-{})", v, visible, visible - 1));
     return static_cast<int>(v);
   };
   for (const auto& item : split_list(t)) {
@@ -161,7 +167,8 @@ std::vector<int> parse_gpu_list(const std::string& text, int visible) {
       ids.push_back(parse_id(item));
     }
     for (int id : ids) {
-      if (!seen.insert(id).second) throw InputError(fmt::format("--gpus: GPU {} is listed twice", id));
+      if (!seen.insert(id).second)
+        throw InputError(fmt::format("--gpus: GPU {} is listed twice", id));
       out.push_back(id);
     }
   }

@@ -12,6 +12,17 @@
 
 namespace {
 
+// The binary and source tree under test: $GPUBENCH_BINARY / $GPUBENCH_SOURCE_DIR when set (a build
+// copied to a GPU machine), else the build's own.
+std::string binary() {
+  const char* env = std::getenv("GPUBENCH_BINARY");
+  return env && *env ? env : GPUBENCH_BINARY;
+}
+std::string source_dir() {
+  const char* env = std::getenv("GPUBENCH_SOURCE_DIR");
+  return env && *env ? env : GPUBENCH_SOURCE_DIR;
+}
+
 struct Outcome {
   int code = -1;
   std::string out, err;
@@ -19,7 +30,8 @@ struct Outcome {
 
 std::filesystem::path scratch() {
   static const auto dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("gpubench_cli_" + std::to_string(::getpid()));
+    auto d =
+        std::filesystem::temp_directory_path() / ("gpubench_cli_" + std::to_string(::getpid()));
     std::filesystem::create_directories(d);
     return d;
   }();
@@ -36,7 +48,7 @@ Outcome run(const std::string& args, const std::string& env = "") {
   static int n = 0;
   const auto out = scratch() / ("out" + std::to_string(n) + ".txt");
   const auto err = scratch() / ("err" + std::to_string(n++) + ".txt");
-  const std::string cmd = env + " timeout 60 " + GPUBENCH_BINARY + " " + args + " >" + out.string() +
+  const std::string cmd = env + " timeout 60 " + binary() + " " + args + " >" + out.string() +
                           " 2>" + err.string() + " </dev/null";
   const int status = std::system(cmd.c_str());
   Outcome o;
@@ -58,13 +70,16 @@ int lines(const std::string& s) {
   return n;
 }
 
-bool has_gpu() { return std::system("nvidia-smi -L >/dev/null 2>&1") == 0; }
+bool has_gpu() {
+  return std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+}
 
 void expect_bad_input(const Outcome& o, const std::string& fragment) {
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_EQ(lines(o.err), 1) << o.err;
   EXPECT_NE(o.err.find("gpubench: error:"), std::string::npos) << o.err;
-  EXPECT_NE(o.err.find(fragment), std::string::npos) << "expected '" << fragment << "' in: " << o.err;
+  EXPECT_NE(o.err.find(fragment), std::string::npos)
+      << "expected '" << fragment << "' in: " << o.err;
 }
 
 TEST(Cli, VersionNamesTheCommit) {
@@ -76,17 +91,32 @@ TEST(Cli, VersionNamesTheCommit) {
 TEST(Cli, HelpListsEverySubcommand) {
   const auto o = run("--help");
   EXPECT_EQ(o.code, 0);
-  for (const char* s : {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "list", "all"})
+  for (const char* s :
+       {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "list", "all"})
     EXPECT_NE(o.out.find(s), std::string::npos) << s;
 }
 
-TEST(Cli, UnknownSubcommand) { expect_bad_input(run("frobnicate"), "frobnicate"); }
-TEST(Cli, NoSubcommand) { expect_bad_input(run(""), "subcommand"); }
-TEST(Cli, UnknownOption) { expect_bad_input(run("env --frobnicate"), "frobnicate"); }
-TEST(Cli, BadLogLevel) { expect_bad_input(run("env --log-level loud"), "loud"); }
-TEST(Cli, BadL2Policy) { expect_bad_input(run("bandwidth --l2 tepid"), "tepid"); }
-TEST(Cli, NegativeIters) { expect_bad_input(run("bandwidth --iters -3"), "iters"); }
-TEST(Cli, PlannedModuleSaysNotAvailable) { expect_bad_input(run("matmul"), "not available yet"); }
+TEST(Cli, UnknownSubcommand) {
+  expect_bad_input(run("frobnicate"), "frobnicate");
+}
+TEST(Cli, NoSubcommand) {
+  expect_bad_input(run(""), "subcommand");
+}
+TEST(Cli, UnknownOption) {
+  expect_bad_input(run("env --frobnicate"), "frobnicate");
+}
+TEST(Cli, BadLogLevel) {
+  expect_bad_input(run("env --log-level loud"), "loud");
+}
+TEST(Cli, BadL2Policy) {
+  expect_bad_input(run("bandwidth --l2 tepid"), "tepid");
+}
+TEST(Cli, NegativeIters) {
+  expect_bad_input(run("bandwidth --iters -3"), "iters");
+}
+TEST(Cli, PlannedModuleSaysNotAvailable) {
+  expect_bad_input(run("matmul"), "not available yet");
+}
 
 TEST(Cli, ListShowsEveryModule) {
   const auto o = run("list");
@@ -103,9 +133,13 @@ TEST(Cli, BadSizes) {
   expect_bad_input(run("bandwidth --p2p-size lots"), "p2p-size");
 }
 
-TEST(Cli, UnknownBandwidthTest) { expect_bad_input(run("bandwidth --tests hbm,warp"), "warp"); }
+TEST(Cli, UnknownBandwidthTest) {
+  expect_bad_input(run("bandwidth --tests hbm,warp"), "warp");
+}
 
-TEST(Cli, MissingConfig) { expect_bad_input(run("all --config /nonexistent/gpubench.ini"), "cannot read"); }
+TEST(Cli, MissingConfig) {
+  expect_bad_input(run("all --config /nonexistent/gpubench.ini"), "cannot read");
+}
 
 TEST(Cli, MalformedConfig) {
   const auto p = write_config("malformed.ini", "[bandwidth]\nthis line has no equals sign\n");
@@ -127,7 +161,9 @@ TEST(Cli, BadValueInConfig) {
   expect_bad_input(run("bandwidth --config " + p.string()), "hbm-size");
 }
 
-TEST(Cli, UnreadableConfigIsAFolder) { expect_bad_input(run("all --config " + scratch().string()), "cannot read"); }
+TEST(Cli, UnreadableConfigIsAFolder) {
+  expect_bad_input(run("all --config " + scratch().string()), "cannot read");
+}
 
 TEST(Cli, UnwritableOutputDir) {
   const auto file = write_config("not_a_folder.txt", "x");
@@ -146,14 +182,18 @@ TEST(Cli, GpuIndexThatDoesNotExist) {
 
 TEST(Cli, RepeatedGpuIndex) {
   const auto o = run("bandwidth --gpus 0,0");
-  if (has_gpu()) expect_bad_input(o, "listed twice");
-  else EXPECT_EQ(o.code, 3) << o.err;
+  if (has_gpu())
+    expect_bad_input(o, "listed twice");
+  else
+    EXPECT_EQ(o.code, 3) << o.err;
 }
 
 TEST(Cli, MalformedGpuList) {
   const auto o = run("bandwidth --gpus zero");
-  if (has_gpu()) expect_bad_input(o, "not a GPU index");
-  else EXPECT_EQ(o.code, 3) << o.err;
+  if (has_gpu())
+    expect_bad_input(o, "not a GPU index");
+  else
+    EXPECT_EQ(o.code, 3) << o.err;
 }
 
 TEST(Cli, NoGpuExitsThree) {
@@ -185,8 +225,10 @@ TEST(Cli, JsonToStdoutIsPureJson) {
 
 TEST(Cli, AllWithoutGpuRunsEnvAndExitsThree) {
   const auto dir = scratch() / "all_nogpu";
-  const auto p = write_config("quick_ok.ini", "[common]\nquick = true\n[bandwidth]\nhbm-size = 64M\n");
-  const auto o = run("all --config " + p.string() + " --output-dir " + dir.string(), "CUDA_VISIBLE_DEVICES=");
+  const auto p =
+      write_config("quick_ok.ini", "[common]\nquick = true\n[bandwidth]\nhbm-size = 64M\n");
+  const auto o =
+      run("all --config " + p.string() + " --output-dir " + dir.string(), "CUDA_VISIBLE_DEVICES=");
   EXPECT_EQ(o.code, 3) << o.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "env.json"));
   EXPECT_TRUE(std::filesystem::exists(dir / "summary.md"));
@@ -197,7 +239,7 @@ TEST(Cli, ShippedConfigsParse) {
   // The shipped configs must be valid: a dry parse through `all` on a machine without GPUs
   // still rejects a bad key or section with exit 2, so anything else means they parsed.
   for (const char* name : {"config/default.ini", "config/quick.ini"}) {
-    const auto o = run(std::string("all --no-files --config ") + GPUBENCH_SOURCE_DIR + "/" + name,
+    const auto o = run(std::string("all --no-files --config ") + source_dir() + "/" + name,
                        "CUDA_VISIBLE_DEVICES=");
     EXPECT_NE(o.code, 2) << name << ": " << o.err;
   }

@@ -29,12 +29,15 @@ std::string binary() {
 
 TEST(Interrupt, SigintKeepsFinishedCases) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("gpubench_sigint_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubench_sigint_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string bin = binary();
-  std::vector<std::string> args = {bin, "bandwidth", "--tests", "hbm", "--gpus", "0",
-                                   "--hbm-size", "256M", "--min-time", "0.3", "--max-noise", "0",
-                                   "--output-dir", dir.string(), "--log-level", "warn"};
+  std::vector<std::string> args = {
+      bin,           "bandwidth",  "--tests",      "hbm",        "--gpus",
+      "0",           "--hbm-size", "256M",         "--min-time", "0.3",
+      "--max-noise", "0",          "--output-dir", dir.string(), "--log-level",
+      "warn"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -46,7 +49,8 @@ TEST(Interrupt, SigintKeepsFinishedCases) {
   int status = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   if (done == 0) {
     kill(pid, SIGKILL);
@@ -60,7 +64,8 @@ TEST(Interrupt, SigintKeepsFinishedCases) {
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j["status"], "partial");
   bool warned = false;
-  for (const auto& w : j["warnings"]) warned = warned || w.get<std::string>().find("interrupted") != std::string::npos;
+  for (const auto& w : j["warnings"])
+    warned = warned || w.get<std::string>().find("interrupted") != std::string::npos;
   EXPECT_TRUE(warned);
   int ok_cases = 0;
   for (const auto& c : j["results"]) ok_cases += c["status"] == "ok";

@@ -28,7 +28,8 @@ TEST(Measure, KnownDurationKernel) {
   Measurer m(0);
   for (double us : {20.0, 200.0, 2000.0}) {
     const auto ns = static_cast<std::uint64_t>(us * 1e3);
-    const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
+    const Measurement r = m.run(
+        s, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
     EXPECT_GE(r.stats.n, 10u);
     // The kernel spins at least `ns`; event timing adds at most a few microseconds.
     EXPECT_GE(r.stats.median, us * 1e-6 * 0.99) << us;
@@ -43,7 +44,13 @@ TEST(Measure, FixedIterationsAndIterationIndex) {
   o.warmup = 3;
   o.fixed_iters = 37;
   std::vector<int> seen;
-  const Measurement r = m.run(s, [&](cudaStream_t st, int it) { seen.push_back(it); launch_busy_wait(1000, 1, st); }, o);
+  const Measurement r = m.run(
+      s,
+      [&](cudaStream_t st, int it) {
+        seen.push_back(it);
+        launch_busy_wait(1000, 1, st);
+      },
+      o);
   EXPECT_EQ(r.samples.size(), 37u);
   EXPECT_EQ(r.stop_reason, "iters");
   ASSERT_EQ(seen.size(), 40u);
@@ -57,7 +64,8 @@ TEST(Measure, SpinGateKeepsLaunchGapsOut) {
   MeasureOptions o = fast_options();
   o.l2 = L2Policy::Hot;
   o.fixed_iters = 64;
-  const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(2000, 1, st); }, o);
+  const Measurement r = m.run(
+      s, [&](cudaStream_t st, int) { launch_busy_wait(2000, 1, st); }, o);
   EXPECT_LT(r.stats.median, 12e-6);
 }
 
@@ -67,7 +75,8 @@ TEST(Measure, TimeCapStopsANoisyMeasurement) {
   MeasureOptions o = fast_options();
   o.max_noise = 0;  // never met
   o.max_time_s = 0.2;
-  const Measurement r = m.run(s, [&](cudaStream_t st, int it) { launch_busy_wait(1000 + 500 * (it % 3), 1, st); }, o);
+  const Measurement r = m.run(
+      s, [&](cudaStream_t st, int it) { launch_busy_wait(1000 + 500 * (it % 3), 1, st); }, o);
   EXPECT_EQ(r.stop_reason, "time_cap");
   EXPECT_FALSE(r.converged);
 }
@@ -77,14 +86,20 @@ TEST(Measure, ColdFlushRuns) {
   Measurer m(0);
   MeasureOptions o = fast_options();
   o.l2 = L2Policy::Cold;
-  const Measurement r = m.run(s, [&](cudaStream_t st, int) { launch_busy_wait(5000, 1, st); }, o);
+  const Measurement r = m.run(
+      s, [&](cudaStream_t st, int) { launch_busy_wait(5000, 1, st); }, o);
   EXPECT_GE(r.stats.median, 5e-6);
 }
 
 TEST(Measure, ExceptionInLaunchReleasesTheGate) {
   Stream s(0);
   Measurer m(0);
-  EXPECT_THROW(m.run(s, [&](cudaStream_t, int it) { if (it == 2) throw std::runtime_error("boom"); }, fast_options()),
+  EXPECT_THROW(m.run(
+                   s,
+                   [&](cudaStream_t, int it) {
+                     if (it == 2) throw std::runtime_error("boom");
+                   },
+                   fast_options()),
                std::runtime_error);
   // The stream must not stay held by the spin kernel.
   s.synchronize();
@@ -105,7 +120,8 @@ TEST(RankGroup, BarrierGatherAndMaxOverRanks) {
     for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], r * 10.0);
     // The last rank is slowest: every rank must report its time.
     const std::uint64_t ns = self.rank == n - 1 ? 300000 : 50000;
-    results[self.rank] = group.measure(self, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
+    results[self.rank] = group.measure(
+        self, [&](cudaStream_t st, int) { launch_busy_wait(ns, 1, st); }, fast_options());
   });
   EXPECT_EQ(ran.load(), n);
   for (int r = 0; r < n; ++r) {
@@ -123,5 +139,6 @@ TEST(RankGroup, FailureOnOneRankEndsAllWithoutHanging) {
     if (self.rank == 0) throw std::runtime_error("rank 0 fails");
     group.barrier();  // would wait forever without the abort
     group.barrier();
-  }), GpuError);
+  }),
+               GpuError);
 }

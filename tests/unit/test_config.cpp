@@ -29,12 +29,12 @@ TEST(Ini, StrictErrorsNameTheLine) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("f.ini:3"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_ini("x = 1\n", "f.ini"), InputError);            // outside a section
-  EXPECT_THROW(parse_ini("[a]\nx=1\nx=2\n", "f.ini"), InputError);    // duplicate key
-  EXPECT_THROW(parse_ini("[a]\n[a]\n", "f.ini"), InputError);         // duplicate section
-  EXPECT_THROW(parse_ini("[a\n", "f.ini"), InputError);               // malformed header
-  EXPECT_THROW(parse_ini("[]\n", "f.ini"), InputError);               // empty name
-  EXPECT_THROW(parse_ini("[a]\n= 3\n", "f.ini"), InputError);         // empty key
+  EXPECT_THROW(parse_ini("x = 1\n", "f.ini"), InputError);          // outside a section
+  EXPECT_THROW(parse_ini("[a]\nx=1\nx=2\n", "f.ini"), InputError);  // duplicate key
+  EXPECT_THROW(parse_ini("[a]\n[a]\n", "f.ini"), InputError);       // duplicate section
+  EXPECT_THROW(parse_ini("[a\n", "f.ini"), InputError);             // malformed header
+  EXPECT_THROW(parse_ini("[]\n", "f.ini"), InputError);             // empty name
+  EXPECT_THROW(parse_ini("[a]\n= 3\n", "f.ini"), InputError);       // empty key
 }
 
 TEST(Ini, HashInsideValueStays) {
@@ -42,7 +42,9 @@ TEST(Ini, HashInsideValueStays) {
   EXPECT_EQ(ini.find("a")->entries[0].value, "a#b");
 }
 
-TEST(Ini, MissingFile) { EXPECT_THROW(load_ini("/nonexistent/x.ini"), InputError); }
+TEST(Ini, MissingFile) {
+  EXPECT_THROW(load_ini("/nonexistent/x.ini"), InputError);
+}
 
 TEST(Ini, SectionArgs) {
   const auto ini = parse_ini("[common]\nquick = true\nno-files = false\ngpus = 0,1\n", "f.ini");

@@ -65,8 +65,9 @@ TEST(Report, JsonShapeAndNumbers) {
   EXPECT_TRUE(j["matrices"][0]["values"][0][0].is_null());  // NaN -> null, never "nan"
   EXPECT_TRUE(j["matrices"][0]["values"][0][1].is_number());
   EXPECT_EQ(j["warnings"].size(), 1u);
-  for (const char* k : {"schema", "module", "version", "run_id", "started_at", "finished_at", "command",
-                        "system", "config", "headline", "results", "monitor", "warnings", "status"})
+  for (const char* k :
+       {"schema", "module", "version", "run_id", "started_at", "finished_at", "command", "system",
+        "config", "headline", "results", "monitor", "warnings", "status"})
     EXPECT_TRUE(j.contains(k)) << k;
 }
 

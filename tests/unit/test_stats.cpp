@@ -33,7 +33,9 @@ TEST(Stats, SingleSample) {
   EXPECT_DOUBLE_EQ(s.stdev, 0);
 }
 
-TEST(Stats, EmptyThrows) { EXPECT_THROW(compute_stats({}), std::invalid_argument); }
+TEST(Stats, EmptyThrows) {
+  EXPECT_THROW(compute_stats({}), std::invalid_argument);
+}
 
 TEST(Stats, PercentilesOrdered) {
   std::mt19937 rng(42);

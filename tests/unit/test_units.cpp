@@ -26,7 +26,8 @@ TEST(ParseSize, DecimalSuffixes) {
 }
 
 TEST(ParseSize, RejectsBadInput) {
-  for (const char* bad : {"", "0", "0K", "-1", "-4M", "abc", "12Q", "1.2.3M", "0.5", "1e3", "M", "4 MX"})
+  for (const char* bad :
+       {"", "0", "0K", "-1", "-4M", "abc", "12Q", "1.2.3M", "0.5", "1e3", "M", "4 MX"})
     EXPECT_THROW(parse_size(bad), InputError) << bad;
   EXPECT_THROW(parse_size("99999999999T"), InputError);
 }

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
-namespace CLI { class App; }
+namespace CLI {
+class App;
+}
 
 namespace gpubench {
 

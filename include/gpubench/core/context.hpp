@@ -16,16 +16,16 @@ namespace gpubench {
 struct CommonOptions {
   std::string gpus = "all";
   bool quick = false;
-  int iters = 0;             // > 0: fixed timed iterations
-  int warmup = -1;           // < 0: the default
-  double min_time = -1;      // seconds; < 0: the default
-  double max_noise = -1;     // relative; < 0: the default
-  double max_time = -1;      // seconds per measurement; < 0: the default
+  int iters = 0;          // > 0: fixed timed iterations
+  int warmup = -1;        // < 0: the default
+  double min_time = -1;   // seconds; < 0: the default
+  double max_noise = -1;  // relative; < 0: the default
+  double max_time = -1;   // seconds per measurement; < 0: the default
   std::string l2 = "cold";
   std::string log_level = "info";
-  std::string output_dir;    // "" -> results/test_YYYYMMDD_HHMMSS
-  std::string json;          // "-" prints the JSON report to stdout
-  bool no_files = false;     // print only, write nothing
+  std::string output_dir;  // "" -> results/test_YYYYMMDD_HHMMSS
+  std::string json;        // "-" prints the JSON report to stdout
+  bool no_files = false;   // print only, write nothing
 };
 
 // MeasureOptions from the common options (quick mode shortens the defaults).
@@ -47,7 +47,8 @@ class Context {
   // Times `launch` on `stream` of `gpu` with the run's options (or `opts`), the monitor
   // sampling every selected GPU meanwhile.
   Measurement measure(int gpu, cudaStream_t stream, const Launch& launch);
-  Measurement measure(int gpu, cudaStream_t stream, const Launch& launch, const MeasureOptions& opts);
+  Measurement measure(int gpu, cudaStream_t stream, const Launch& launch,
+                      const MeasureOptions& opts);
   Measurer& measurer(int gpu);
 
   // Everything the monitor saw in this run (merged over measurements), for the report.

@@ -9,12 +9,14 @@
 
 namespace gpubench {
 
-[[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t st, const char* call, const char* file,
+                                     int line);
 
-#define GPB_CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                         \
-    cublasStatus_t gpb_st_ = (call);                                                           \
-    if (gpb_st_ != CUBLAS_STATUS_SUCCESS) ::gpubench::throw_cublas_error(gpb_st_, #call, __FILE__, __LINE__); \
+#define GPB_CUBLAS_CHECK(call)                                            \
+  do {                                                                    \
+    cublasStatus_t gpb_st_ = (call);                                      \
+    if (gpb_st_ != CUBLAS_STATUS_SUCCESS)                                 \
+      ::gpubench::throw_cublas_error(gpb_st_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // "13.0.0" from the loaded library.
@@ -26,7 +28,10 @@ class CublasLtHandle {
   ~CublasLtHandle();
   CublasLtHandle(CublasLtHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
   CublasLtHandle& operator=(CublasLtHandle&& o) noexcept {
-    if (this != &o) { reset(); h_ = std::exchange(o.h_, nullptr); }
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
     return *this;
   }
   CublasLtHandle(const CublasLtHandle&) = delete;

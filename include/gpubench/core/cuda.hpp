@@ -16,15 +16,16 @@ namespace gpubench {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 void log_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept;
 
-#define GPB_CUDA_CHECK(call)                                                           \
-  do {                                                                                 \
-    cudaError_t gpb_err_ = (call);                                                     \
-    if (gpb_err_ != cudaSuccess) ::gpubench::throw_cuda_error(gpb_err_, #call, __FILE__, __LINE__); \
+#define GPB_CUDA_CHECK(call)                                             \
+  do {                                                                   \
+    cudaError_t gpb_err_ = (call);                                       \
+    if (gpb_err_ != cudaSuccess)                                         \
+      ::gpubench::throw_cuda_error(gpb_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define GPB_CUDA_CHECK_NOTHROW(call)                                                   \
-  do {                                                                                 \
-    cudaError_t gpb_err_ = (call);                                                     \
+#define GPB_CUDA_CHECK_NOTHROW(call)                                                              \
+  do {                                                                                            \
+    cudaError_t gpb_err_ = (call);                                                                \
     if (gpb_err_ != cudaSuccess) ::gpubench::log_cuda_error(gpb_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
@@ -54,19 +55,28 @@ class DeviceBuffer {
   DeviceBuffer(int device, std::size_t bytes);  // allocates on `device`
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept { DeviceBuffer t(std::move(o)); swap(t); return *this; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    DeviceBuffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   void* get() const noexcept { return ptr_; }
-  template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const noexcept { return bytes_; }
   int device() const noexcept { return device_; }
   explicit operator bool() const noexcept { return ptr_ != nullptr; }
 
  private:
   void swap(DeviceBuffer& o) noexcept {
-    std::swap(ptr_, o.ptr_); std::swap(bytes_, o.bytes_); std::swap(device_, o.device_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(device_, o.device_);
   }
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
@@ -80,18 +90,28 @@ class PinnedBuffer {
   explicit PinnedBuffer(std::size_t bytes, bool mapped = false);
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& o) noexcept { swap(o); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept { PinnedBuffer t(std::move(o)); swap(t); return *this; }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    PinnedBuffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
   void* get() const noexcept { return ptr_; }
-  template <class T> T* as() const noexcept { return static_cast<T*>(ptr_); }
+  template <class T>
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const noexcept { return bytes_; }
   // Device pointer of a mapped allocation (for kernels that poll host memory).
   void* device_ptr() const;
 
  private:
-  void swap(PinnedBuffer& o) noexcept { std::swap(ptr_, o.ptr_); std::swap(bytes_, o.bytes_); }
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
 };
@@ -102,7 +122,11 @@ class Stream {
   explicit Stream(int device);  // non-blocking stream on `device`
   ~Stream();
   Stream(Stream&& o) noexcept { swap(o); }
-  Stream& operator=(Stream&& o) noexcept { Stream t(std::move(o)); swap(t); return *this; }
+  Stream& operator=(Stream&& o) noexcept {
+    Stream t(std::move(o));
+    swap(t);
+    return *this;
+  }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -112,7 +136,10 @@ class Stream {
   void synchronize() const;
 
  private:
-  void swap(Stream& o) noexcept { std::swap(stream_, o.stream_); std::swap(device_, o.device_); }
+  void swap(Stream& o) noexcept {
+    std::swap(stream_, o.stream_);
+    std::swap(device_, o.device_);
+  }
   cudaStream_t stream_ = nullptr;
   int device_ = -1;
 };
@@ -123,7 +150,11 @@ class Event {
   explicit Event(int device, bool timing = true);
   ~Event();
   Event(Event&& o) noexcept { swap(o); }
-  Event& operator=(Event&& o) noexcept { Event t(std::move(o)); swap(t); return *this; }
+  Event& operator=(Event&& o) noexcept {
+    Event t(std::move(o));
+    swap(t);
+    return *this;
+  }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
@@ -135,7 +166,10 @@ class Event {
   double seconds_since(const Event& start) const;
 
  private:
-  void swap(Event& o) noexcept { std::swap(event_, o.event_); std::swap(device_, o.device_); }
+  void swap(Event& o) noexcept {
+    std::swap(event_, o.event_);
+    std::swap(device_, o.device_);
+  }
   cudaEvent_t event_ = nullptr;
   int device_ = -1;
 };

@@ -22,15 +22,15 @@ const char* to_string(L2Policy p);
 L2Policy parse_l2_policy(const std::string& text);  // "cold" | "rotate" | "hot"; throws InputError
 
 struct MeasureOptions {
-  int warmup = 2;              // untimed iterations first
-  int min_iters = 10;          // at least this many timed iterations
-  int max_iters = 100000;      // never more
-  double min_time_s = 0.25;    // at least this much GPU time in timed iterations
-  double max_noise = 0.005;    // stop when stdev/mean <= this (0.5%)
-  double max_time_s = 5.0;     // wall-clock cap for one measurement (host clock bounds the loop only)
-  int fixed_iters = 0;         // > 0: exactly this many timed iterations, no noise rule (--iters)
+  int warmup = 2;            // untimed iterations first
+  int min_iters = 10;        // at least this many timed iterations
+  int max_iters = 100000;    // never more
+  double min_time_s = 0.25;  // at least this much GPU time in timed iterations
+  double max_noise = 0.005;  // stop when stdev/mean <= this (0.5%)
+  double max_time_s = 5.0;   // wall-clock cap for one measurement (host clock bounds the loop only)
+  int fixed_iters = 0;       // > 0: exactly this many timed iterations, no noise rule (--iters)
   L2Policy l2 = L2Policy::Cold;
-  bool spin = true;            // hold the stream with the spin kernel while a batch is queued
+  bool spin = true;  // hold the stream with the spin kernel while a batch is queued
 };
 
 struct Measurement {

@@ -9,7 +9,9 @@
 
 #include "gpubench/core/result.hpp"
 
-namespace CLI { class App; }
+namespace CLI {
+class App;
+}
 
 namespace gpubench {
 

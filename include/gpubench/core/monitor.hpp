@@ -12,7 +12,7 @@
 namespace gpubench {
 
 struct GpuMonitorSummary {
-  int gpu = -1;                 // CUDA device index
+  int gpu = -1;  // CUDA device index
   int samples = 0;
   unsigned sm_clock_min_MHz = 0, sm_clock_max_MHz = 0;
   unsigned mem_clock_min_MHz = 0, mem_clock_max_MHz = 0;

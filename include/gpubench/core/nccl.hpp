@@ -12,11 +12,11 @@ namespace gpubench {
 
 [[noreturn]] void throw_nccl_error(ncclResult_t res, const char* call, const char* file, int line);
 
-#define GPB_NCCL_CHECK(call)                                                                   \
-  do {                                                                                         \
-    ncclResult_t gpb_res_ = (call);                                                            \
-    if (gpb_res_ != ncclSuccess && gpb_res_ != ncclInProgress)                                 \
-      ::gpubench::throw_nccl_error(gpb_res_, #call, __FILE__, __LINE__);                       \
+#define GPB_NCCL_CHECK(call)                                             \
+  do {                                                                   \
+    ncclResult_t gpb_res_ = (call);                                      \
+    if (gpb_res_ != ncclSuccess && gpb_res_ != ncclInProgress)           \
+      ::gpubench::throw_nccl_error(gpb_res_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // "2.28.3" from the loaded library (not the header).
@@ -30,7 +30,10 @@ class NcclComm {
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
   NcclComm& operator=(NcclComm&& o) noexcept {
-    if (this != &o) { reset(); comm_ = std::exchange(o.comm_, nullptr); }
+    if (this != &o) {
+      reset();
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
     return *this;
   }
   NcclComm(const NcclComm&) = delete;

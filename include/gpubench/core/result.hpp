@@ -74,12 +74,15 @@ struct Report {
   std::vector<Matrix> matrices;
   std::vector<Sweep> sweeps;
   ojson monitor = ojson::object();
-  ojson extra = ojson::object();   // module-specific data (env's inventory, ...)
+  ojson extra = ojson::object();  // module-specific data (env's inventory, ...)
   std::vector<std::string> warnings;
-  std::string status = "ok";       // ok | partial | failed
-  std::string error;               // why, when failed
+  std::string status = "ok";  // ok | partial | failed
+  std::string error;          // why, when failed
 
-  CaseResult& add(CaseResult r) { results.push_back(std::move(r)); return results.back(); }
+  CaseResult& add(CaseResult r) {
+    results.push_back(std::move(r));
+    return results.back();
+  }
   void set_headline(const std::string& key, double value, const std::string& unit);
   const Metric* find_headline(const std::string& key) const;
   void warn(const std::string& text);  // deduplicated

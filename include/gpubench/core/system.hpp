@@ -20,14 +20,14 @@ struct PcieInfo {
 };
 
 struct GpuInfo {
-  int index = -1;                 // CUDA device index (after CUDA_VISIBLE_DEVICES)
+  int index = -1;  // CUDA device index (after CUDA_VISIBLE_DEVICES)
   std::string name, uuid, pci_bus_id;
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
   std::uint64_t memory_bytes = 0, memory_free_bytes = 0;
   std::uint64_t l2_bytes = 0;
   int memory_bus_width_bits = 0;
-  int memory_clock_max_MHz = 0;   // from NVML (max) or the CUDA attribute
+  int memory_clock_max_MHz = 0;  // from NVML (max) or the CUDA attribute
   int sm_clock_current_MHz = 0, sm_clock_max_MHz = 0;
   int mem_clock_current_MHz = 0;
   bool ecc_enabled = false;
@@ -39,8 +39,8 @@ struct GpuInfo {
   int nvlink_links_up = 0;
   double nvlink_GBps_per_link = 0;  // per direction
   int nvlink_version = 0;
-  std::string numa_node;            // from sysfs, "" when unknown
-  std::string cpu_affinity;         // "0-31,64-95"
+  std::string numa_node;                   // from sysfs, "" when unknown
+  std::string cpu_affinity;                // "0-31,64-95"
   std::uint64_t clocks_event_reasons = 0;  // throttle reasons at discovery time
 
   // HBM peak from the max memory clock x bus width x 2 (DDR), bytes/s / 1e9; 0 when unknown.
@@ -50,26 +50,26 @@ struct GpuInfo {
 // How two GPUs are connected.
 struct Link {
   int a = -1, b = -1;
-  std::string type;            // "NVLink", "PCIe", "none"
-  int count = 0;               // NVLink links between the pair
-  double GBps_theoretical = 0; // per direction
-  bool p2p_access = false;     // cudaDeviceCanAccessPeer both ways
+  std::string type;             // "NVLink", "PCIe", "none"
+  int count = 0;                // NVLink links between the pair
+  double GBps_theoretical = 0;  // per direction
+  bool p2p_access = false;      // cudaDeviceCanAccessPeer both ways
 };
 
 struct System {
   std::string hostname;
-  std::string driver_version;      // "580.159.04" or "" when no driver
-  std::string cuda_driver_version; // "13.0"
+  std::string driver_version;       // "580.159.04" or "" when no driver
+  std::string cuda_driver_version;  // "13.0"
   std::string cuda_runtime_version;
-  std::string nccl_version;        // loaded library's version
+  std::string nccl_version;  // loaded library's version
   std::string cublas_version;
-  std::string mpi_version;         // "" when built without MPI
+  std::string mpi_version;  // "" when built without MPI
   bool nvml_available = false;
-  std::string nvml_error;          // why not, when unavailable
-  std::string no_gpu_reason;       // "" when at least one GPU is usable
+  std::string nvml_error;     // why not, when unavailable
+  std::string no_gpu_reason;  // "" when at least one GPU is usable
   std::vector<GpuInfo> gpus;
-  std::vector<Link> links;         // every unordered pair a<b
-  std::uint64_t shm_bytes = 0;     // /dev/shm size
+  std::vector<Link> links;            // every unordered pair a<b
+  std::uint64_t shm_bytes = 0;        // /dev/shm size
   std::vector<std::string> warnings;  // what will cap performance
 
   const Link* link(int a, int b) const;  // order-insensitive; nullptr when a==b or unknown

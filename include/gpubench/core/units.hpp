@@ -7,7 +7,8 @@
 namespace gpubench {
 
 // "4K", "64M", "2G", "1.5GiB", "100MB", "4096": K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024,
-// kB/MB/GB/TB powers of 1000. Rejects 0, negatives, fractions of a byte, malformed text and overflow.
+// kB/MB/GB/TB powers of 1000. Rejects 0, negatives, fractions of a byte, malformed text and
+// overflow.
 std::uint64_t parse_size(const std::string& text);
 std::vector<std::uint64_t> parse_size_list(const std::string& text);  // "1M,64M,1G"
 
@@ -27,7 +28,11 @@ std::string trim(const std::string& text);
 std::vector<std::string> split_list(const std::string& text, char sep = ',');
 
 // Rates: bytes over seconds in GB/s (1e9), flops over seconds in TFLOP/s (1e12).
-inline double GBps(double bytes, double seconds) { return bytes / seconds / 1e9; }
-inline double TFLOPs(double flops, double seconds) { return flops / seconds / 1e12; }
+inline double GBps(double bytes, double seconds) {
+  return bytes / seconds / 1e9;
+}
+inline double TFLOPs(double flops, double seconds) {
+  return flops / seconds / 1e12;
+}
 
 }  // namespace gpubench

@@ -244,9 +244,12 @@ void run_all_gpus(RunState& rs, HostMemory& host) {
     });
     std::string failure;
     for (std::size_t i = 0; i < ngpu && failure.empty(); ++i) {
-      if (up) failure = check_device(rs.lanes.of(gpus[i]), dev[i].get(), bytes, seed_for("host.all", gpus[i]));
+      if (up)
+        failure =
+            check_device(rs.lanes.of(gpus[i]), dev[i].get(), bytes, seed_for("host.all", gpus[i]));
       if (failure.empty() && down)
-        failure = check_host(host.pinned[up ? ngpu + i : i].get(), bytes, seed_for("host.all.d2h", gpus[i]));
+        failure = check_host(host.pinned[up ? ngpu + i : i].get(), bytes,
+                             seed_for("host.all.d2h", gpus[i]));
       if (!failure.empty()) failure = gpu_label(gpus[i]) + ": " + failure;
     }
     const double directions = up && down ? 2.0 : 1.0;
