@@ -15,6 +15,7 @@
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/report.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/system.hpp"
@@ -200,12 +201,18 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   if (!config.empty()) ini = load_ini(config);
   if (!config.empty()) check_sections(ini, make_modules());
   const CommonOptions c = parse_module(m, cli_args, config.empty() ? nullptr : &ini);
-  setup_logging(c.log_level);
+  // Under mpirun/srun every process parses the same arguments; rank 0 writes and prints, and a
+  // module without a process-per-GPU form runs on rank 0 alone.
+  const ProcessInfo& proc = process_info();
+  const bool lead = proc.rank == 0;
+  if (proc.mpi && !m.supports_mpi() && !lead) return kExitOk;
+  setup_logging(lead ? c.log_level : std::string("warn"));
   const std::string run_id = make_run_id();
-  const auto dir = output_folder(c, run_id);  // bad folder: exit 2 before any measuring
+  const auto dir = lead ? output_folder(c, run_id) : std::filesystem::path{};
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
   Report r = run_module(m, c, sys, run_id, command);
   if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
+  if (!lead) return exit_code_of(r);
   if (!dir.empty()) write_report_files(dir, r);
   if (!c.json.empty() && c.json != "-") write_file_atomic(c.json, render_json(r));
   print_report(r, c);
@@ -233,14 +240,17 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
     plan.emplace_back(m.get(), c);
   }
   const CommonOptions& first = plan.front().second;
-  setup_logging(first.log_level);
+  const ProcessInfo& proc = process_info();
+  const bool lead = proc.rank == 0;
+  setup_logging(lead ? first.log_level : std::string("warn"));
   const std::string run_id = make_run_id();
-  const auto dir = output_folder(first, run_id);
+  const auto dir = lead ? output_folder(first, run_id) : std::filesystem::path{};
   const System sys = System::discover(true);
   std::vector<Report> reports;
   bool no_gpu = false;
   for (auto& [m, c] : plan) {
     if (Context::interrupted()) break;
+    if (proc.mpi && !m->supports_mpi() && !lead) continue;
     spdlog::info("running {}", m->name());
     Report r;
     try {
@@ -257,9 +267,10 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
     }
     if (r.status == "failed") spdlog::error("{} failed: {}", m->name(), r.error);
     if (!dir.empty() && !r.run_id.empty()) write_report_files(dir, r);
-    if (first.json != "-") std::cout << render_console(r) << "\n";
+    if (lead && first.json != "-") std::cout << render_console(r) << "\n";
     reports.push_back(std::move(r));
   }
+  if (!lead) return kExitOk;
   if (!dir.empty()) write_file_atomic(dir / "summary.md", render_summary_markdown(reports));
   if (first.json == "-") {
     ojson all = ojson::array();
@@ -280,10 +291,28 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
 
 }  // namespace
 
+namespace {
+// Prints the error once per job (rank 0; every rank for errors only it may have hit) and, under
+// MPI, ends every process so none waits forever on a rank that stopped.
+int fail(int code, const char* what, bool same_on_every_rank) {
+  const ProcessInfo& p = process_info();
+  if (!p.mpi) {
+    std::fprintf(stderr, "gpubench: error: %s\n", what);
+    return code;
+  }
+  if (p.rank == 0 || !same_on_every_rank)
+    std::fprintf(stderr, "gpubench: error: [rank %d] %s\n", p.rank, what);
+  std::fflush(stderr);
+  abort_job(code);
+}
+}  // namespace
+
 int run_cli(int argc, char** argv) {
   std::vector<std::string> command(argv, argv + argc);
+  std::unique_ptr<MpiSession> mpi;
   try {
     std::signal(SIGINT, on_sigint);
+    mpi = std::make_unique<MpiSession>();  // MPI_Init when started by mpirun/srun
     auto modules = make_modules();
     CLI::App app{
         "gpubench: what a GPU server really delivers for LLM work, and which parallel layout to "
@@ -360,14 +389,11 @@ int run_cli(int argc, char** argv) {
     }
     throw InputError("no subcommand given (try --help)");
   } catch (const InputError& e) {
-    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
-    return kExitBadInput;
+    return fail(kExitBadInput, e.what(), true);
   } catch (const NoGpuError& e) {
-    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
-    return kExitNoGpu;
+    return fail(kExitNoGpu, e.what(), true);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpubench: error: %s\n", e.what());
-    return kExitFailed;
+    return fail(kExitFailed, e.what(), false);
   }
 }
 

@@ -142,6 +142,33 @@ double Event::seconds_since(const Event& start) const {
   return static_cast<double>(ms) * 1e-3;
 }
 
+CudaGraph::~CudaGraph() {
+  if (exec_) GPB_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec_));
+  if (graph_) GPB_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph_));
+}
+
+void CudaGraph::begin_capture(cudaStream_t stream) {
+  GPB_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+}
+
+void CudaGraph::end_capture(cudaStream_t stream) {
+  cudaGraph_t g = nullptr;
+  GPB_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  if (exec_) GPB_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+  if (graph_) GPB_CUDA_CHECK(cudaGraphDestroy(graph_));
+  graph_ = g;
+  exec_ = nullptr;
+  GPB_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+void CudaGraph::abandon_capture(cudaStream_t stream) noexcept {
+  cudaGraph_t g = nullptr;
+  if (cudaStreamEndCapture(stream, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+}
+
+void CudaGraph::launch(cudaStream_t stream) const { GPB_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
 void stream_wait(cudaStream_t waiter, cudaStream_t signaller, const Event& scratch) {
   scratch.record(signaller);
   GPB_CUDA_CHECK(cudaStreamWaitEvent(waiter, scratch.get(), 0));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -34,6 +35,23 @@ L2Policy parse_l2_policy(const std::string& text) {
   if (text == "rotate") return L2Policy::Rotate;
   if (text == "hot") return L2Policy::Hot;
   throw InputError(fmt::format("--l2: '{}' is not one of cold, rotate, hot", text));
+}
+
+void wait_for(const Event& event, double timeout_s, const char* what) {
+  if (!(timeout_s > 0)) {
+    event.synchronize();
+    return;
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    const cudaError_t st = cudaEventQuery(event.get());
+    if (st == cudaSuccess) return;
+    if (st != cudaErrorNotReady) GPB_CUDA_CHECK(st);
+    if (std::chrono::steady_clock::now() > deadline)
+      throw TimeoutError(fmt::format("{} did not finish within --timeout {} s", what, timeout_s));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,7 +162,7 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
     impl_->stops[0].record(stream);
   }
   if (o.warmup > 0) {
-    impl_->stops[0].synchronize();
+    wait_for(impl_->stops[0], o.timeout_s, "the warm-up GPU work");
     est = impl_->stops[0].seconds_since(impl_->starts[0]);
   }
 
@@ -168,7 +186,7 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
         throw;
       }
       if (o.spin) impl_->gate->release();
-      impl_->stops[batch - 1].synchronize();
+      wait_for(impl_->stops[batch - 1], o.timeout_s, "the measured GPU work");
       double batch_total = 0;
       for (int b = 0; b < batch; ++b) {
         const double s = impl_->stops[b].seconds_since(impl_->starts[b]);

@@ -9,7 +9,14 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <cstring>
 #include <thread>
+
+#include "gpubench/core/mpi.hpp"
+
+#ifdef GPUBENCH_HAVE_MPI
+#include <mpi.h>
+#endif
 
 namespace gpubench {
 
@@ -20,6 +27,9 @@ struct GroupAborted {};
 
 struct RankGroup::Impl {
   std::vector<int> devices;
+  bool mpi = false;  // one process per GPU: this process is rank mpi_rank of mpi_size
+  int mpi_rank = 0, mpi_size = 1;
+  std::vector<unsigned char> shared_bytes;  // broadcast staging (threads)
   std::mutex mu;
   std::condition_variable cv;
   int arrived = 0;
@@ -55,16 +65,48 @@ RankGroup::RankGroup(std::vector<int> devices) : impl_(std::make_unique<Impl>())
   impl_->slots.assign(impl_->devices.size(), 0.0);
 }
 
+RankGroup::RankGroup() : impl_(std::make_unique<Impl>()) {}
+
+std::unique_ptr<RankGroup> RankGroup::over_mpi(int device) {
+  const ProcessInfo& p = process_info();
+  if (!p.mpi) throw InputError("a process-per-GPU rank group needs an MPI launch (mpirun or srun)");
+  std::unique_ptr<RankGroup> g(new RankGroup());
+  g->impl_->devices = {device};
+  g->impl_->mpi = true;
+  g->impl_->mpi_rank = p.rank;
+  g->impl_->mpi_size = p.size;
+  return g;
+}
+
 RankGroup::~RankGroup() = default;
 
 int RankGroup::size() const noexcept {
-  return static_cast<int>(impl_->devices.size());
+  return impl_->mpi ? impl_->mpi_size : static_cast<int>(impl_->devices.size());
 }
 const std::vector<int>& RankGroup::devices() const noexcept {
   return impl_->devices;
 }
+bool RankGroup::is_mpi() const noexcept {
+  return impl_->mpi;
+}
 
 void RankGroup::run(const std::function<void(Rank&)>& body) {
+  if (impl_->mpi) {
+    // One rank in this process: run the body here; MPI carries the group operations.
+    const int device = impl_->devices.front();
+    GPB_CUDA_CHECK(cudaSetDevice(device));
+    Stream stream(device);
+    Rank self{impl_->mpi_rank, impl_->mpi_size, device, &stream, this};
+    try {
+      body(self);
+      stream.synchronize();
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw GpuError(fmt::format("rank {} (GPU {}): {}", impl_->mpi_rank, device, e.what()));
+    }
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->aborted = false;
@@ -104,10 +146,39 @@ void RankGroup::run(const std::function<void(Rank&)>& body) {
 }
 
 void RankGroup::barrier() {
+#ifdef GPUBENCH_HAVE_MPI
+  if (impl_->mpi) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+#endif
   impl_->barrier();
 }
 
+void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
+#ifdef GPUBENCH_HAVE_MPI
+  if (impl_->mpi) {
+    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+    return;
+  }
+#endif
+  if (rank == root) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    impl_->shared_bytes.assign(p, p + bytes);
+  }
+  impl_->barrier();  // the root has staged the bytes
+  if (rank != root) std::memcpy(data, impl_->shared_bytes.data(), bytes);
+  impl_->barrier();  // everyone has copied before the staging is reused
+}
+
 std::vector<double> RankGroup::all_gather(int rank, double value) {
+#ifdef GPUBENCH_HAVE_MPI
+  if (impl_->mpi) {
+    std::vector<double> out(static_cast<std::size_t>(impl_->mpi_size));
+    MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    return out;
+  }
+#endif
   impl_->slots[rank] = value;
   impl_->barrier();  // every slot written
   if (rank == 0) impl_->gathered = impl_->slots;
@@ -132,7 +203,7 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
     stop.record(stream);
     barrier();
     if (gate) gate->release();
-    stop.synchronize();
+    wait_for(stop, o.timeout_s, "the measured GPU work");
     const std::vector<double> all = all_gather(self.rank, stop.seconds_since(start));
     return *std::max_element(all.begin(), all.end());
   };

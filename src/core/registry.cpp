@@ -9,6 +9,7 @@ namespace gpubench {
 
 ModulePtr make_env_module();
 ModulePtr make_bandwidth_module();
+ModulePtr make_allreduce_module();
 
 namespace {
 
@@ -36,8 +37,7 @@ std::vector<ModulePtr> make_modules() {
   std::vector<ModulePtr> m;
   m.push_back(make_env_module());
   m.push_back(make_bandwidth_module());
-  m.push_back(std::make_unique<PlannedModule>("allreduce",
-                                              "NCCL collectives: algbw/busbw sweeps, verified"));
+  m.push_back(make_allreduce_module());
   m.push_back(std::make_unique<PlannedModule>("matmul",
                                               "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape"));
   m.push_back(std::make_unique<PlannedModule>(

@@ -174,6 +174,48 @@ class Event {
   int device_ = -1;
 };
 
+// A CUDA graph captured from a stream (thread-local capture mode, so ranks on other threads may
+// capture at once), launched as one unit: tiny kernels replay without per-launch overhead.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(CudaGraph&& o) noexcept { swap(o); }
+  CudaGraph& operator=(CudaGraph&& o) noexcept {
+    CudaGraph t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Records what `enqueue` queues on `stream` into the graph and instantiates it.
+  template <class F>
+  void capture(cudaStream_t stream, F&& enqueue) {
+    begin_capture(stream);
+    try {
+      enqueue(stream);
+    } catch (...) {
+      abandon_capture(stream);
+      throw;
+    }
+    end_capture(stream);
+  }
+  void launch(cudaStream_t stream) const;
+  explicit operator bool() const noexcept { return exec_ != nullptr; }
+
+ private:
+  void begin_capture(cudaStream_t stream);
+  void end_capture(cudaStream_t stream);
+  void abandon_capture(cudaStream_t stream) noexcept;
+  void swap(CudaGraph& o) noexcept {
+    std::swap(graph_, o.graph_);
+    std::swap(exec_, o.exec_);
+  }
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // Makes `waiter` wait for all work queued so far on `signaller` (an event in between).
 void stream_wait(cudaStream_t waiter, cudaStream_t signaller, const Event& scratch);
 

@@ -28,6 +28,12 @@ struct GpuError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// GPU work did not finish within the run's --timeout: the caller aborts what may be hung
+// (NCCL communicators) and reports the case.
+struct TimeoutError : GpuError {
+  using GpuError::GpuError;
+};
+
 // A benchmark's output did not match its reference: never reported as a number.
 struct VerificationError : std::runtime_error {
   using std::runtime_error::runtime_error;

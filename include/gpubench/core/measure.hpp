@@ -31,6 +31,7 @@ struct MeasureOptions {
   int fixed_iters = 0;       // > 0: exactly this many timed iterations, no noise rule (--iters)
   L2Policy l2 = L2Policy::Cold;
   bool spin = true;  // hold the stream with the spin kernel while a batch is queued
+  double timeout_s = 0;  // > 0: GPU work unfinished this long after it was queued throws TimeoutError
 };
 
 struct Measurement {
@@ -46,6 +47,11 @@ struct Measurement {
 // Rotate launches can pick a buffer set. A launch may fork to other streams or GPUs, as long as
 // it joins them back into `stream` before returning (see stream_wait in cuda.hpp).
 using Launch = std::function<void(cudaStream_t stream, int iteration)>;
+
+// Waits for `event` to complete; with timeout_s > 0, polls and throws TimeoutError (naming
+// `what`) once that many seconds have passed. A timeout never leaves the host blocked.
+class Event;
+void wait_for(const Event& event, double timeout_s, const char* what);
 
 // Holds the stream until release() (or a 2 s safety timeout), so queued work starts together.
 class SpinGate {

@@ -38,6 +38,8 @@ class Module {
   virtual Report run(Context& ctx) = 0;
   // Does this module use the GPUs (false for env: it still runs without one).
   virtual bool needs_gpu() const { return true; }
+  // Does it run one rank per process under mpirun/srun? Others run on rank 0 alone there.
+  virtual bool supports_mpi() const { return false; }
 };
 
 using ModulePtr = std::unique_ptr<Module>;

@@ -1,7 +1,7 @@
 #pragma once
-// RankGroup: one rank per selected GPU. In one process a host thread per GPU, each with its
-// own stream; barrier() and gather() across ranks. The collectives work adds a process-per-GPU
-// MPI launch behind the same interface.
+// RankGroup: one rank per selected GPU, in either process model behind one interface: in one
+// process a host thread per GPU, each with its own stream; or one process per GPU started by
+// mpirun/srun (MPI carries barrier, gather and broadcast). Modules write their rank body once.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -24,14 +24,19 @@ struct Rank {
 
 class RankGroup {
  public:
-  // One rank per entry of `devices` (CUDA device indices), in that order.
+  // One process: one rank per entry of `devices` (CUDA device indices), in that order.
   explicit RankGroup(std::vector<int> devices);
+  // One process per GPU (an MpiSession is active): this process is rank MPI rank of MPI size,
+  // on `device`.
+  static std::unique_ptr<RankGroup> over_mpi(int device);
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;
 
   int size() const noexcept;
+  // The devices driven by this process (all of them in one process, one under MPI).
   const std::vector<int>& devices() const noexcept;
+  bool is_mpi() const noexcept;
 
   // Runs `body` on every rank at once (a thread each, its device current) and waits. An
   // exception on any rank is rethrown here (the first one, with its rank) after all ranks end;
@@ -42,6 +47,8 @@ class RankGroup {
   void barrier();
   // Every rank contributes `value`; every rank gets all of them, in rank order.
   std::vector<double> all_gather(int rank, double value);
+  // Copies `bytes` at `data` of rank `root` into `data` of every rank (e.g. an NCCL unique id).
+  void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 
   // Times `launch` on every rank: barrier before each iteration, per-iteration time = the max
   // over ranks of that rank's event time. Stopping rule as Measurer::run, decided on rank 0's
@@ -51,6 +58,7 @@ class RankGroup {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  RankGroup();
 };
 
 }  // namespace gpubench

@@ -1,0 +1,41 @@
+#pragma once
+// The process model: one process driving every selected GPU (a thread each), or one process per
+// GPU started by mpirun/srun. Launch detection reads the launchers' environment variables;
+// MPI itself is used only when gpubench was built with it.
+#include <string>
+
+namespace gpubench {
+
+struct ProcessInfo {
+  bool mpi = false;     // started by mpirun/srun with more than one process, MPI initialised
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // among the processes of this node
+  std::string launcher;  // "mpirun", "srun" or "" (one process)
+};
+
+// The launcher's view from the environment (OMPI_COMM_WORLD_*, PMI_*, SLURM_*), before MPI_Init.
+ProcessInfo detect_launch();
+
+// Initialises MPI when detect_launch() says several processes were started (and the build has
+// MPI; otherwise throws InputError saying so), finalises it on destruction. One per process.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  const ProcessInfo& info() const noexcept { return info_; }
+
+ private:
+  ProcessInfo info_;
+  bool initialised_ = false;
+};
+
+// The current process model (one process unless an MpiSession set it up).
+const ProcessInfo& process_info();
+
+// Ends every process of an MPI job at once (MPI_Abort), so a failing rank never leaves the
+// others waiting; no-op in one process.
+[[noreturn]] void abort_job(int code);
+
+}  // namespace gpubench

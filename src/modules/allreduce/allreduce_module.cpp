@@ -1,0 +1,346 @@
+// `gpubench allreduce`: NCCL collectives over a RankGroup (a thread per GPU, or a process per GPU
+// under mpirun/srun), swept over message sizes, timed by the measurement core, verified.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "allreduce.hpp"
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/mpi.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/core/units.hpp"
+#include "results.hpp"
+#include "settings.hpp"
+
+extern char** environ;
+
+namespace gpubench {
+
+namespace {
+
+using namespace allreduce;
+
+// Leaves room for NCCL's own buffers and the context when sizing the sweep's top.
+constexpr std::uint64_t kReserveBytes = 2ull << 30;
+
+// The NCCL_* variables of this process, recorded with the results.
+ojson nccl_environment() {
+  ojson env = ojson::object();
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("NCCL_", 0) != 0) continue;
+    const auto eq = kv.find('=');
+    env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// The per-GPU, per-direction peak of the links between the ranks' GPUs (the slowest pair).
+void link_peak(const System& sys, const std::vector<int>& gpus, RunFacts& facts) {
+  double peak = 0;
+  std::string name;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    for (std::size_t j = i + 1; j < gpus.size(); ++j) {
+      const Link* l = sys.link(gpus[i], gpus[j]);
+      if (!l) continue;
+      const GpuInfo* g = sys.gpu(gpus[i]);
+      // A ring uses each GPU's links in one direction: NVLink total per GPU, else the pair's.
+      double p = l->type == "NVLink" && g && g->nvlink_GBps_per_link > 0
+                     ? g->nvlink_links_up * g->nvlink_GBps_per_link
+                     : l->GBps_theoretical;
+      if (peak == 0 || p < peak) {
+        peak = p;
+        name = l->type == "NVLink" ? fmt::format("NVLink x{}", l->count) : l->type;
+      }
+    }
+  }
+  facts.link_peak_GBps = peak;
+  facts.link_name = name;
+}
+
+class AllreduceModule final : public Module {
+ public:
+  std::string name() const override { return "allreduce"; }
+  std::string help() const override {
+    return "NCCL collectives: algbw/busbw sweeps, verified (nccl-tests columns and more)";
+  }
+  bool supports_mpi() const override { return true; }
+
+  void add_options(CLI::App& app) override {
+    opts_ = Options{};
+    app.add_option("--collective", opts_.collective,
+                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv "
+                   "(a list) or all")->capture_default_str();
+    app.add_option("-d,--type", opts_.type,
+                   "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8e4m3, "
+                   "fp8e5m2 (a list) or all")->capture_default_str();
+    app.add_option("-o,--op", opts_.op, "sum, prod, min, max, avg (a list) or all")->capture_default_str();
+    app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")->capture_default_str();
+    app.add_option("-b,--min-bytes", opts_.min_bytes, "Smallest message (default 8)");
+    app.add_option("-e,--max-bytes", opts_.max_bytes, "Largest message (default 8G; 256M with --quick)");
+    app.add_option("-f,--step-factor", opts_.step_factor, "Multiply the size by this (default 2; 4 with --quick)");
+    app.add_option("-i,--step-bytes", opts_.step_bytes, "Add this to the size instead of multiplying");
+    app.add_option("-a,--agg-iters", opts_.agg_iters, "Ops per timed iteration (0: 20 below 1 MiB, down to 1 at 64 MiB)")
+        ->capture_default_str();
+    app.add_option("--place", opts_.place, "both, out (out-of-place only), in (in-place only)")->capture_default_str();
+    app.add_option("-c,--check", opts_.check, "Verified runs per size (0: none)")->capture_default_str();
+    app.add_flag("-G,--cuda-graph", opts_.cuda_graph, "Capture each iteration's ops in a CUDA graph");
+    app.add_flag("-z,--blocking", opts_.blocking, "Wait for each op to finish before the next");
+    app.add_option("--split", opts_.split, "Run this many groups of GPUs at once")->capture_default_str();
+    app.add_option("--timeout", opts_.timeout, "Seconds before a hung collective is aborted")->capture_default_str();
+    app.add_flag("--allow-shared-gpus", opts_.allow_shared_gpus,
+                 "Under MPI, allow more processes than GPUs on a node");
+  }
+
+  void validate() const override { (void)resolve_settings(opts_, false); }
+
+  std::optional<std::string> unsupported(const System&, const std::vector<int>& gpus) const override {
+    const ProcessInfo& p = process_info();
+    const int n = p.mpi ? p.size : static_cast<int>(gpus.size());
+    if (n < 2) return fmt::format("needs at least 2 GPUs (got {}): use --gpus with 2 or more, or mpirun -np 2+", n);
+    return std::nullopt;
+  }
+
+  ojson config() const override {
+    try {
+      return resolve_settings(opts_, quick_).to_json();
+    } catch (const InputError&) {
+      return ojson::object();
+    }
+  }
+
+  Report run(Context& ctx) override {
+    quick_ = ctx.quick();
+    Settings s = resolve_settings(opts_, ctx.quick());
+    const ProcessInfo& proc = process_info();
+    // NCCL reduces fp8 only on sm_90 and newer: leave fp8 out when a selected GPU is older.
+    bool fp8_ok = true;
+    for (int g : ctx.gpus()) {
+      const GpuInfo* info = ctx.system().gpu(g);
+      fp8_ok = fp8_ok && info && info->cc_major >= 9;
+    }
+    Report pre;
+    if (!fp8_ok) {
+      const auto before = s.types.size();
+      s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
+                                   [](const DataType& t) { return t.name.rfind("fp8", 0) == 0; }),
+                    s.types.end());
+      if (s.types.size() != before) pre.warn("fp8 types left out: they need compute capability 9.0 or newer");
+      if (s.types.empty()) throw InputError("--type: fp8 needs GPUs of compute capability 9.0 or newer");
+    }
+
+    // Ranks: this process's GPU under MPI, every selected GPU otherwise.
+    std::unique_ptr<RankGroup> group;
+    std::vector<int> world_gpus = ctx.gpus();
+    if (proc.mpi) {
+      if (proc.local_size > static_cast<int>(ctx.gpus().size()) && !s.allow_shared_gpus)
+        throw InputError(fmt::format("{} processes on this node but {} GPU(s) selected: one GPU per process "
+                                     "(or --allow-shared-gpus)", proc.local_size, ctx.gpus().size()));
+      const int device = ctx.gpus()[static_cast<std::size_t>(proc.local_rank) % ctx.gpus().size()];
+      group = RankGroup::over_mpi(device);
+    } else {
+      group = std::make_unique<RankGroup>(ctx.gpus());
+    }
+    const int world = group->size();
+    if (world % s.split != 0)
+      throw InputError(fmt::format("--split {}: {} ranks do not divide into equal groups", s.split, world));
+    const int n = world / s.split;
+    if (n < 2) throw InputError(fmt::format("--split {} leaves groups of 1 rank ({} ranks)", s.split, world));
+    if (s.root >= n) throw InputError(fmt::format("--root {} is outside the group of {} ranks", s.root, n));
+
+    // Message sizes: whole elements per rank for every type, cut to what fits.
+    std::vector<std::uint64_t> sizes = sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);
+    Report r = std::move(pre);
+    const std::uint64_t fits = max_fitting_size(s, world_gpus, n);
+    if (!sizes.empty() && sizes.back() > fits) {
+      r.warn(fmt::format("sizes above {} do not fit in GPU memory and were left out", format_bytes(fits)));
+      sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](std::uint64_t x) { return x > fits; }), sizes.end());
+    }
+    if (sizes.empty()) throw InputError("no message size of the sweep fits in GPU memory");
+    std::uint64_t buffer_bytes = 0;
+    for (const auto& c : s.collectives)
+      for (const auto& t : s.types) {
+        const std::size_t count = c.count_for(sizes.back(), t.bytes, n);
+        buffer_bytes = std::max<std::uint64_t>(
+            buffer_bytes, std::max(c.send_elems(count, n), c.recv_elems(count, n)) * static_cast<std::uint64_t>(t.bytes));
+      }
+
+    MeasureOptions mo = ctx.measure_options();
+    mo.timeout_s = s.timeout_s;
+    if (ctx.common().max_time < 0) mo.max_time_s = std::min(mo.max_time_s, ctx.quick() ? 0.2 : 0.5);
+    if (ctx.common().min_time < 0) mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
+    mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
+    mo.spin = !s.blocking;
+
+    std::vector<Row> rows;
+    group->run([&](Rank& self) {
+      // One communicator per group; rank 0 makes every group's id and shares them.
+      std::vector<ncclUniqueId> ids(static_cast<std::size_t>(s.split));
+      if (self.rank == 0)
+        for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+      group->broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
+      const int color = self.rank / n, grank = self.rank % n;
+      NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank);
+      try {
+        run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows);
+      } catch (...) {
+        comm.abort();  // a hung or failed collective must not hang the others
+        throw;
+      }
+    });
+
+    RunFacts facts;
+    facts.nranks = n;
+    facts.groups = s.split;
+    link_peak(ctx.system(), world_gpus, facts);
+    r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
+                                        : std::string("one process, a thread per GPU");
+    r.extra["ranks"] = world;
+    r.extra["groups"] = s.split;
+    r.extra["nccl"] = {{"version", nccl_library_version()}, {"env", nccl_environment()}};
+    build_report(r, rows, facts);
+    return r;
+  }
+
+ private:
+  // Largest size whose buffers fit on every selected GPU next to NCCL's own.
+  static std::uint64_t max_fitting_size(const Settings& s, const std::vector<int>& gpus, int n) {
+    std::size_t free_min = ~std::size_t{0};
+    for (int g : gpus) {
+      DeviceGuard guard(g);
+      std::size_t free_b = 0, total_b = 0;
+      GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      free_min = std::min(free_min, free_b);
+    }
+    const std::uint64_t room = free_min > kReserveBytes ? free_min - kReserveBytes : 0;
+    // Two buffers of max(send, recv) elements; the worst collective decides.
+    double worst_ratio = 1;
+    for (const auto& c : s.collectives) {
+      for (const auto& t : s.types) {
+        const std::size_t count = c.count_for(1ull << 30, t.bytes, n);
+        const double elems = static_cast<double>(std::max(c.send_elems(count, n), c.recv_elems(count, n)));
+        worst_ratio = std::max(worst_ratio, elems * t.bytes / static_cast<double>(1ull << 30));
+      }
+    }
+    return static_cast<std::uint64_t>(static_cast<double>(room) / (2.0 * worst_ratio));
+  }
+
+  // Everything one rank does: for each collective, type, op and size, time out-of-place and
+  // in-place, then verify. Rank 0 records the rows (the measurement is the same on every rank).
+  static void run_rank(Rank& self, RankGroup& group, NcclComm& comm, const Settings& s,
+                       const std::vector<std::uint64_t>& sizes, std::uint64_t buffer_bytes,
+                       const MeasureOptions& mo, int n, int grank, std::vector<Row>& rows) {
+    DeviceBuffer a(self.device, buffer_bytes), b(self.device, buffer_bytes);
+    cudaStream_t stream = self.stream->get();
+    Event done(self.device);
+    for (const Collective& c : s.collectives) {
+      for (const DataType& t : s.types) {
+        const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
+        for (const ReduceOp& op : ops) {
+          for (std::uint64_t size : sizes) {
+            if (Context::interrupted()) return;
+            const std::size_t count = c.count_for(size, t.bytes, n);
+            if (count == 0) continue;
+            Row row;
+            row.collective = &c;
+            row.type = t.name;
+            row.op = c.reduces ? op.name : "none";
+            row.type_bytes = t.bytes;
+            row.root = c.rooted ? s.root : -1;
+            row.size = c.size_for(count, t.bytes, n);
+            row.count = count;
+            const int agg = agg_for(row.size, s.agg_iters);
+            for (bool in_place : {false, true}) {
+              if (in_place ? !s.in_place : !s.out_of_place) continue;
+              // In place: reduce_scatter writes its slice of the send buffer, the others use
+              // one buffer for both (all_gather's send is its slice of the output).
+              void* recv = b.get();
+              if (in_place && c.kind == Kind::ReduceScatter)
+                recv = static_cast<char*>(b.get()) + static_cast<std::size_t>(grank) * count * t.bytes;
+              const void* send = in_place ? in_place_send(c, recv, count, t, grank) : a.get();
+              const std::string what = fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name,
+                                                   row.op, in_place ? "in-place" : "out-of-place");
+              PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
+              try {
+                init_send(c, const_cast<void*>(send), count, t, op, grank, n, 0x5eed + row.size, stream);
+                auto one_op = [&](cudaStream_t st) {
+                  issue(c, send, recv, count, t, op, s.root, comm.get(), grank, n, st);
+                };
+                CudaGraph graph;
+                if (s.cuda_graph)
+                  graph.capture(stream, [&](cudaStream_t st) {
+                    for (int k = 0; k < agg; ++k) one_op(st);
+                  });
+                const Measurement m = group.measure(self, [&](cudaStream_t st, int) {
+                  if (s.cuda_graph) {
+                    graph.launch(st);
+                    return;
+                  }
+                  for (int k = 0; k < agg; ++k) {
+                    one_op(st);
+                    if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+                  }
+                }, mo);
+                pr.measured = true;
+                pr.agg = agg;
+                std::vector<double> per_op = m.samples;
+                for (double& x : per_op) x /= agg;
+                pr.per_op = compute_stats(per_op);
+                pr.stop_reason = m.stop_reason;
+                pr.converged = m.converged;
+                // Verify: fresh data, a poisoned output, one op, every element checked. In place,
+                // alltoall and sendrecv overwrite input not yet sent: undefined, not checked
+                // (as in nccl-tests).
+                const bool checkable = !(in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv));
+                const int checks = checkable ? s.check : 0;
+                std::uint64_t wrong = 0;
+                for (int k = 0; k < checks; ++k) {
+                  const std::uint64_t seed = 0xc0ffee + 7919ull * k + row.size;
+                  init_send(c, const_cast<void*>(send), count, t, op, grank, n, seed, stream);
+                  // In place the output overlays the input, so only a separate output is poisoned.
+                  if (!in_place) poison_recv(recv, c.recv_elems(count, n), t, stream);
+                  group.barrier();
+                  one_op(stream);
+                  done.record(stream);
+                  wait_for(done, s.timeout_s, what.c_str());
+                  wrong += count_wrong(c, recv, count, t, op, s.root, grank, n, seed, stream);
+                }
+                const auto all = group.all_gather(self.rank, static_cast<double>(wrong));
+                double total = 0;
+                for (double w : all) total += w;
+                pr.wrong = static_cast<std::uint64_t>(total);
+                pr.checked = checks > 0;
+              } catch (const TimeoutError& e) {
+                throw TimeoutError(fmt::format("{}: {}", what, e.what()));
+              }
+            }
+            if (self.rank == 0) {
+              spdlog::info("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size), t.name, row.op,
+                           row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
+                                                     : row.in_place.per_op.median * 1e6);
+              rows.push_back(row);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  Options opts_;
+  bool quick_ = false;
+};
+
+}  // namespace
+
+ModulePtr make_allreduce_module() { return std::make_unique<AllreduceModule>(); }
+
+}  // namespace gpubench

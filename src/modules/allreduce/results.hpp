@@ -1,0 +1,46 @@
+#pragma once
+// Measured rows of `gpubench allreduce` and how they become the report: one table per
+// collective in nccl-tests' columns, the busbw-vs-size curves, the fits and the headline.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "allreduce.hpp"
+#include "gpubench/core/result.hpp"
+#include "gpubench/core/stats.hpp"
+
+namespace gpubench::allreduce {
+
+// One placement (out-of-place or in-place) of one size.
+struct PlaceResult {
+  bool measured = false;
+  Stats per_op;            // seconds per op (iteration time / ops per iteration, max over ranks)
+  int agg = 1;             // ops per iteration
+  std::string stop_reason;
+  bool converged = true;
+  std::uint64_t wrong = 0; // wrong elements over every rank and check run
+  bool checked = false;
+};
+
+struct Row {
+  const Collective* collective = nullptr;
+  std::string type, op;
+  int type_bytes = 0;
+  int root = -1;           // -1: not rooted
+  std::uint64_t size = 0;  // nccl-tests "size", bytes
+  std::size_t count = 0;
+  PlaceResult out_of_place, in_place;
+};
+
+// Everything the report needs besides the rows.
+struct RunFacts {
+  int nranks = 0;            // ranks in one communicator
+  int groups = 1;            // --split
+  double link_peak_GBps = 0; // per GPU and direction (NVLink links x rate, else PCIe), 0 unknown
+  std::string link_name;     // "NVLink x18", "PCIe", ...
+};
+
+// Fills tables, sweeps, the comparison, headline keys and the failure status into `r`.
+void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts);
+
+}  // namespace gpubench::allreduce

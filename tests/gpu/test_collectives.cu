@@ -1,0 +1,323 @@
+// The collective data kernels and the NCCL calls of `gpubench allreduce`. On one GPU: every type,
+// reduction and layout with simulated ranks, the expected output built on the host from the
+// ranks' inputs (exact double arithmetic), then checked (0 wrong), corrupted (1 wrong) and
+// poisoned (all wrong). With two or more GPUs: every collective through NCCL in one process,
+// out of place and in place, checked on every rank.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "../../src/modules/allreduce/allreduce.hpp"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/core/ranks.hpp"
+
+using namespace gpubench;
+using namespace gpubench::allreduce;
+
+namespace {
+
+constexpr int kGpu = 0;
+using Bytes = std::vector<unsigned char>;
+
+// Plain cudaMemcpy runs on the legacy stream, which the non-blocking streams do not wait for:
+// finish all device work on both sides.
+Bytes download(const void* device_ptr, std::size_t bytes) {
+  Bytes h(bytes);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  if (bytes) GPB_CUDA_CHECK(cudaMemcpy(h.data(), device_ptr, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+void upload(void* device_ptr, const Bytes& h) {
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  if (!h.empty())
+    GPB_CUDA_CHECK(cudaMemcpy(device_ptr, h.data(), h.size(), cudaMemcpyHostToDevice));
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+template <class T>
+T load_as(const unsigned char* p) {
+  T x;
+  std::memcpy(&x, p, sizeof(T));
+  return x;
+}
+template <class T>
+void store_as(unsigned char* p, T x) {
+  std::memcpy(p, &x, sizeof(T));
+}
+
+// Element i of a host copy, as a double (exact for every value the kernels write).
+double get(const Bytes& b, std::size_t i, const DataType& t) {
+  const unsigned char* p = b.data() + i * t.bytes;
+  switch (static_cast<int>(t.nccl)) {
+    case ncclInt8:
+      return load_as<std::int8_t>(p);
+    case ncclUint8:
+      return load_as<std::uint8_t>(p);
+    case ncclInt32:
+      return load_as<std::int32_t>(p);
+    case ncclUint32:
+      return load_as<std::uint32_t>(p);
+    case ncclInt64:
+      return static_cast<double>(load_as<std::int64_t>(p));
+    case ncclUint64:
+      return static_cast<double>(load_as<std::uint64_t>(p));
+    case ncclFloat16:
+      return __half2float(load_as<__half>(p));
+    case ncclBfloat16:
+      return __bfloat162float(load_as<__nv_bfloat16>(p));
+    case ncclFloat32:
+      return load_as<float>(p);
+    case ncclFloat64:
+      return load_as<double>(p);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    case ncclFloat8e4m3:
+      return static_cast<float>(load_as<__nv_fp8_e4m3>(p));
+    case ncclFloat8e5m2:
+      return static_cast<float>(load_as<__nv_fp8_e5m2>(p));
+#endif
+  }
+  ADD_FAILURE() << "no host conversion for " << t.name;
+  return 0;
+}
+
+// Writes v (rounded to the type) as element i.
+void put(Bytes& b, std::size_t i, const DataType& t, double v) {
+  unsigned char* p = b.data() + i * t.bytes;
+  switch (static_cast<int>(t.nccl)) {
+    case ncclInt8:
+      return store_as(p, static_cast<std::int8_t>(v));
+    case ncclUint8:
+      return store_as(p, static_cast<std::uint8_t>(v));
+    case ncclInt32:
+      return store_as(p, static_cast<std::int32_t>(v));
+    case ncclUint32:
+      return store_as(p, static_cast<std::uint32_t>(v));
+    case ncclInt64:
+      return store_as(p, static_cast<std::int64_t>(v));
+    case ncclUint64:
+      return store_as(p, static_cast<std::uint64_t>(v));
+    case ncclFloat16:
+      return store_as(p, __float2half_rn(static_cast<float>(v)));
+    case ncclBfloat16:
+      return store_as(p, __float2bfloat16_rn(static_cast<float>(v)));
+    case ncclFloat32:
+      return store_as(p, static_cast<float>(v));
+    case ncclFloat64:
+      return store_as(p, v);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+    case ncclFloat8e4m3:
+      return store_as(p, __nv_fp8_e4m3(static_cast<float>(v)));
+    case ncclFloat8e5m2:
+      return store_as(p, __nv_fp8_e5m2(static_cast<float>(v)));
+#endif
+  }
+  ADD_FAILURE() << "no host conversion for " << t.name;
+}
+
+// The reduction of the ranks' values as NCCL defines it, in exact arithmetic: avg is the sum
+// divided by n (integers: truncated).
+double reduce(const std::vector<double>& xs, const ReduceOp& op, const DataType& t) {
+  double acc = xs[0];
+  for (std::size_t r = 1; r < xs.size(); ++r) {
+    const double x = xs[r];
+    if (op.nccl == ncclSum || op.nccl == ncclAvg) acc += x;
+    if (op.nccl == ncclProd) acc *= x;
+    if (op.nccl == ncclMin) acc = std::min(acc, x);
+    if (op.nccl == ncclMax) acc = std::max(acc, x);
+  }
+  if (op.nccl == ncclAvg) {
+    const double n = static_cast<double>(xs.size());
+    acc = t.floating ? acc / n : std::trunc(acc / n);
+  }
+  return acc;
+}
+
+// Output of rank `me` computed on the host from every rank's input (`inputs[r]`).
+Bytes host_output(const Collective& c, const std::vector<Bytes>& inputs, std::size_t count,
+                  const DataType& t, const ReduceOp& op, int root, int me) {
+  const int n = static_cast<int>(inputs.size());
+  const std::size_t elems = c.recv_elems(count, n);
+  Bytes out(elems * t.bytes);
+  std::vector<double> xs(n);
+  const auto reduce_at = [&](std::size_t j, std::size_t idx) {
+    for (int r = 0; r < n; ++r) xs[r] = get(inputs[r], idx, t);
+    put(out, j, t, reduce(xs, op, t));
+  };
+  for (std::size_t j = 0; j < elems; ++j) {
+    switch (c.kind) {
+      case Kind::AllReduce:
+      case Kind::Reduce:
+        reduce_at(j, j);
+        break;
+      case Kind::ReduceScatter:
+        reduce_at(j, static_cast<std::size_t>(me) * count + j);
+        break;
+      case Kind::AllGather:  // slice r is rank r's input
+        put(out, j, t, get(inputs[j / count], j % count, t));
+        break;
+      case Kind::Broadcast:
+        put(out, j, t, get(inputs[root], j, t));
+        break;
+      case Kind::AllToAll:  // slice r is what rank r sent to me: slice `me` of its input
+        put(out, j, t, get(inputs[j / count], static_cast<std::size_t>(me) * count + j % count, t));
+        break;
+      case Kind::SendRecv:  // from the previous rank in the ring
+        put(out, j, t, get(inputs[(me - 1 + n) % n], j, t));
+        break;
+    }
+  }
+  return out;
+}
+
+const Collective& collective(Kind k) {
+  for (const Collective& c : all_collectives())
+    if (c.kind == k) return c;
+  throw std::logic_error("no such collective");
+}
+
+// Checks the data kernels for one collective/type/op/count with `n` simulated ranks on one GPU.
+void check_simulated(const Collective& c, const DataType& t, const ReduceOp& op, int n,
+                     std::size_t count, std::uint64_t seed, Stream& s) {
+  SCOPED_TRACE(testing::Message() << c.name << " " << t.name << " " << op.name << " n=" << n
+                                  << " count=" << count);
+  const int root = n - 1;
+  std::vector<Bytes> inputs;
+  for (int r = 0; r < n; ++r) {
+    const std::size_t elems = c.send_elems(count, n);
+    DeviceBuffer send(kGpu, std::max<std::size_t>(1, elems * t.bytes));
+    init_send(c, send.get(), count, t, op, r, n, seed, s);
+    inputs.push_back(download(send.get(), elems * t.bytes));
+  }
+  const std::size_t out_elems = c.recv_elems(count, n);
+  DeviceBuffer out(kGpu, std::max<std::size_t>(1, out_elems * t.bytes));
+  for (int me = 0; me < n; ++me) {
+    SCOPED_TRACE(testing::Message() << "rank " << me);
+    const bool has_output = c.kind != Kind::Reduce || me == root;
+    Bytes expected = host_output(c, inputs, count, t, op, root, me);
+    upload(out.get(), expected);
+    EXPECT_EQ(count_wrong(c, out.get(), count, t, op, root, me, n, seed, s), 0u);
+    if (out_elems == 0) continue;
+
+    const std::size_t k = out_elems / 2;
+    // Integers compare exactly (v + 1 stays below the type's maximum); floats far outside any
+    // tolerance.
+    const double v = get(expected, k, t);
+    put(expected, k, t, t.floating ? 2 * v + 1 : v + 1);
+    upload(out.get(), expected);
+    EXPECT_EQ(count_wrong(c, out.get(), count, t, op, root, me, n, seed, s), has_output ? 1u : 0u);
+
+    poison_recv(out.get(), out_elems, t, s);
+    EXPECT_EQ(count_wrong(c, out.get(), count, t, op, root, me, n, seed, s),
+              has_output ? out_elems : 0u);
+  }
+}
+
+}  // namespace
+
+TEST(CollectiveData, EveryTypeOpAndLayoutWithSimulatedRanks) {
+  Stream s(kGpu);
+  std::uint64_t seed = 1000;
+  for (int n : {2, 3, 4})
+    for (const Collective& c : all_collectives())
+      for (const DataType& t : all_types())
+        for (const ReduceOp& op : all_ops()) {
+          if (!c.reduces && op.nccl != ncclSum) continue;  // op ignored: one pass
+          for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{1001}})
+            check_simulated(c, t, op, n, count, ++seed, s);
+        }
+}
+
+TEST(CollectiveData, LargeCountsAndManyRanks) {
+  Stream s(kGpu);
+  const std::size_t big = (std::size_t{1} << 20) + 3;
+  check_simulated(collective(Kind::AllReduce), parse_type("fp32"), parse_op("sum"), 4, big, 7, s);
+  check_simulated(collective(Kind::ReduceScatter), parse_type("bf16"), parse_op("avg"), 3, big, 8,
+                  s);
+  check_simulated(collective(Kind::AllToAll), parse_type("int8"), parse_op("sum"), 4, big, 9, s);
+  // More ranks than fp16/int8 sums of 1..4 allow: smaller values, sparse past the exact range.
+  for (const char* type : {"fp16", "int8", "uint8", "bf16"})
+    for (const char* op : {"sum", "avg", "prod", "max"})
+      check_simulated(collective(Kind::AllReduce), parse_type(type), parse_op(op), 64, 333, 10, s);
+  check_simulated(collective(Kind::AllReduce), parse_type("int8"), parse_op("sum"), 200, 77, 11, s);
+}
+
+TEST(CollectiveData, ReduceNonRootCountsNothing) {
+  Stream s(kGpu);
+  const DataType& t = parse_type("fp32");
+  DeviceBuffer out(kGpu, 1000 * sizeof(float));
+  poison_recv(out.get(), 1000, t, s);
+  const Collective& reduce = collective(Kind::Reduce);
+  EXPECT_EQ(count_wrong(reduce, out.get(), 1000, t, parse_op("sum"), 1, 0, 2, 1, s), 0u);
+  EXPECT_EQ(count_wrong(reduce, out.get(), 1000, t, parse_op("sum"), 1, 1, 2, 1, s), 1000u);
+}
+
+// A real run: every collective through NCCL across all visible GPUs, one thread each.
+TEST(CollectiveNccl, EveryCollectiveAcrossGpus) {
+  const int n = visible_device_count();
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  std::vector<int> devices(n);
+  std::iota(devices.begin(), devices.end(), 0);
+  bool all_hopper = true;
+  for (int d : devices) {
+    int major = 0;
+    GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    all_hopper = all_hopper && major >= 9;
+  }
+  std::vector<const DataType*> types;
+  for (const char* name : {"fp32", "bf16", "fp16", "int8", "uint64", "fp64"})
+    types.push_back(&parse_type(name));
+  if (all_hopper)  // NCCL reduces fp8 on sm_90 and later only
+    for (const DataType& t : all_types())
+      if (t.name == "fp8e4m3" || t.name == "fp8e5m2") types.push_back(&t);
+
+  const std::size_t counts[] = {1000, (std::size_t{1} << 20) + 1};
+  const std::size_t max_bytes = counts[1] * static_cast<std::size_t>(n) * 8;
+  ncclUniqueId id{};
+  RankGroup group(devices);
+  group.run([&](Rank& self) {
+    if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+    group.barrier();
+    NcclComm comm(id, n, self.rank);
+    cudaStream_t stream = self.stream->get();
+    DeviceBuffer sendbuf(self.device, max_bytes), recvbuf(self.device, max_bytes);
+    std::uint64_t seed = 77;
+    for (const Collective& c : all_collectives())
+      for (const DataType* t : types)
+        for (const ReduceOp& op : all_ops()) {
+          if (!c.reduces && op.nccl != ncclSum) continue;
+          for (std::size_t count : counts)
+            for (bool in_place : {false, true}) {
+              // nccl-tests does not verify these in place: the output overwrites unsent input.
+              if (in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv)) continue;
+              ++seed;
+              const int root = (static_cast<int>(seed) % n);
+              const std::size_t bytes = static_cast<std::size_t>(t->bytes);
+              const void* send = sendbuf.get();
+              void* recv = recvbuf.get();
+              if (in_place) {
+                // reduce_scatter's output is this rank's slice of the input.
+                if (c.kind == Kind::ReduceScatter)
+                  recv = recvbuf.as<char>() + static_cast<std::size_t>(self.rank) * count * bytes;
+                send = in_place_send(c, recv, count, *t, self.rank);
+              }
+              poison_recv(recv, c.recv_elems(count, n), *t, stream);
+              init_send(c, const_cast<void*>(send), count, *t, op, self.rank, n, seed, stream);
+              issue(c, send, recv, count, *t, op, root, comm.get(), self.rank, n, stream);
+              const std::uint64_t wrong =
+                  count_wrong(c, recv, count, *t, op, root, self.rank, n, seed, stream);
+              EXPECT_EQ(wrong, 0u)
+                  << c.name << " " << t->name << " " << op.name << " count=" << count
+                  << (in_place ? " in place" : "") << " root=" << root << " rank=" << self.rank;
+            }
+        }
+  });
+}

@@ -1,0 +1,56 @@
+// The allreduce sweep and analysis: nccl-tests sizes, the alpha-beta fit, the knees.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../../src/modules/allreduce/allreduce.hpp"
+#include "gpubench/core/errors.hpp"
+
+using namespace gpubench;
+using namespace gpubench::allreduce;
+
+TEST(AllreduceSweep, FactorAndStep) {
+  EXPECT_EQ(sweep_sizes(8, 128, 2, 0, 1), (std::vector<std::uint64_t>{8, 16, 32, 64, 128}));
+  EXPECT_EQ(sweep_sizes(8, 100, 2, 0, 1), (std::vector<std::uint64_t>{8, 16, 32, 64}));
+  EXPECT_EQ(sweep_sizes(1 << 20, 4 << 20, 0, 1 << 20, 1),
+            (std::vector<std::uint64_t>{1 << 20, 2 << 20, 3 << 20, 4 << 20}));
+  // 8 B .. 8 GiB by 2: 31 sizes, the last exactly 8 GiB.
+  const auto full = sweep_sizes(8, 8ull << 30, 2, 0, 1);
+  ASSERT_EQ(full.size(), 31u);
+  EXPECT_EQ(full.back(), 8ull << 30);
+}
+
+TEST(AllreduceSweep, AlignmentDropsZeroAndDuplicates) {
+  // Aligned to 16 bytes (4 ranks x fp32): 8 rounds to 0 and is dropped.
+  EXPECT_EQ(sweep_sizes(8, 64, 2, 0, 16), (std::vector<std::uint64_t>{16, 32, 64}));
+  EXPECT_EQ(sweep_sizes(20, 40, 0, 4, 16), (std::vector<std::uint64_t>{16, 32}));
+}
+
+TEST(AllreduceSweep, BadInput) {
+  EXPECT_THROW(sweep_sizes(0, 8, 2, 0, 1), InputError);
+  EXPECT_THROW(sweep_sizes(64, 8, 2, 0, 1), InputError);
+  EXPECT_THROW(sweep_sizes(8, 64, 1.0, 0, 1), InputError);
+  EXPECT_THROW(sweep_sizes(8, 64, 0.5, 0, 1), InputError);
+}
+
+TEST(AllreduceFit, RecoversAlphaAndBeta) {
+  std::vector<Point> pts;
+  const double alpha = 20e-6, beta = 300e9;
+  for (std::uint64_t s = 8; s <= (1ull << 33); s *= 2) pts.push_back({s, alpha + s / beta, 0, 0});
+  const auto f = fit_alpha_beta(pts);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NEAR(f->alpha_s, alpha, alpha * 1e-6);
+  EXPECT_NEAR(f->beta_Bps, beta, beta * 1e-6);
+  EXPECT_NEAR(f->r2, 1.0, 1e-9);
+  EXPECT_FALSE(fit_alpha_beta({{8, 1e-5, 0, 0}}).has_value());
+}
+
+TEST(AllreduceKnee, InterpolatesOnLogSize) {
+  std::vector<Point> pts = {{1024, 0, 0, 10}, {2048, 0, 0, 50}, {4096, 0, 0, 90}, {8192, 0, 0, 100}};
+  // 50% of 100 is reached exactly at 2048; 90% exactly at 4096; 70% halfway (log2) in between.
+  EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.5), 2048, 1e-6);
+  EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.9), 4096, 1e-6);
+  EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.7), std::exp2(11.5), 1e-6);
+  EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.05), 1024, 1e-6);
+  EXPECT_FALSE(size_at_fraction_of_peak({}, 0.5).has_value());
+}
