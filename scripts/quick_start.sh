@@ -17,7 +17,7 @@ Modes:
   comprehensive  every available benchmark, full settings (config/default.ini)
   env            the system inventory: driver, GPUs, links, warnings
   bandwidth      HBM, host<->GPU and GPU<->GPU bandwidth and latency
-  allreduce      NCCL collectives                       (not available yet)
+  allreduce      NCCL collectives: busbw sweeps, verified (like nccl-tests)
   matmul         GEMM throughput                        (not available yet)
   sequence       transformer inference over sequence length (not available yet)
   tp             tensor-parallel inference              (not available yet)
@@ -50,8 +50,8 @@ not_yet=0
 case "$mode" in
   quick) command_args=(all --config config/quick.ini) ;;
   comprehensive) command_args=(all --config config/default.ini) ;;
-  env | bandwidth) command_args=("$mode") ;;
-  allreduce | matmul | tp | pp) command_args=("$mode") not_yet=1 ;;
+  env | bandwidth | allreduce) command_args=("$mode") ;;
+  matmul | tp | pp) command_args=("$mode") not_yet=1 ;;
   sequence | seqlen) command_args=(seqlen) not_yet=1 ;;
   help) usage && exit 0 ;;
   *)

@@ -54,3 +54,42 @@ TEST(AllreduceKnee, InterpolatesOnLogSize) {
   EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.05), 1024, 1e-6);
   EXPECT_FALSE(size_at_fraction_of_peak({}, 0.5).has_value());
 }
+
+#include "../../src/modules/allreduce/settings.hpp"
+
+TEST(AllreduceSettings, DefaultsAndChecks) {
+  const Settings full = resolve_settings(Options{}, false);
+  EXPECT_EQ(full.min_bytes, 8u);
+  EXPECT_EQ(full.max_bytes, 8ull << 30);
+  EXPECT_EQ(full.step_factor, 2.0);
+  ASSERT_EQ(full.collectives.size(), 1u);
+  EXPECT_EQ(full.collectives[0].name, "all_reduce");
+  const Settings quick = resolve_settings(Options{}, true);
+  EXPECT_EQ(quick.max_bytes, 256ull << 20);
+  EXPECT_EQ(quick.step_factor, 4.0);
+  Options o;
+  o.collective = "all";
+  EXPECT_EQ(resolve_settings(o, false).collectives.size(), 7u);
+  o = Options{};
+  o.place = "sideways";
+  EXPECT_THROW(resolve_settings(o, false), InputError);
+  o = Options{};
+  o.step_bytes = "1M";
+  o.step_factor = 3;
+  EXPECT_THROW(resolve_settings(o, false), InputError);
+  o = Options{};
+  o.cuda_graph = o.blocking = true;
+  EXPECT_THROW(resolve_settings(o, false), InputError);
+  o = Options{};
+  o.split = 0;
+  EXPECT_THROW(resolve_settings(o, false), InputError);
+}
+
+TEST(AllreduceSettings, OpsPerIteration) {
+  EXPECT_EQ(agg_for(8, 0), 20);
+  EXPECT_EQ(agg_for(1 << 20, 0), 20);
+  EXPECT_EQ(agg_for(16 << 20, 0), 4);
+  EXPECT_EQ(agg_for(64 << 20, 0), 1);
+  EXPECT_EQ(agg_for(8ull << 30, 0), 1);
+  EXPECT_EQ(agg_for(8ull << 30, 5), 5);
+}

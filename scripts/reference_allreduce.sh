@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the collectives' GPU tests and reference sweeps on a multi-GPU machine and packs them.
+# Usage: scripts/reference_allreduce.sh OUT_DIR [MACHINE_NAME]   (GPUBENCH_BUILD_DIR: the build)
+set -uo pipefail
+out=${1:?usage: scripts/reference_allreduce.sh OUT_DIR [MACHINE_NAME]}
+machine=${2:-machine}
+export NCCL_NVLS_ENABLE=0
+build=${GPUBENCH_BUILD_DIR:-build}
+bin=$PWD/$build/gpubench
+export GPUBENCH_BINARY=$bin
+work=$(mktemp -d)/$machine
+mkdir -p "$work"
+timed() {  # name, limit, command...
+  local name=$1 limit=$2; shift 2
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  timeout "$limit" "$@" >"$work/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  printf '%-24s rc=%-3s %8.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" | tee -a "$work/steps.log"
+}
+ngpu=$(nvidia-smi -L | wc -l)
+timed gpu_test_collectives 300 "$build/tests/gpu_test_collectives"
+timed allreduce_all 300 "$bin" allreduce --collective all -b 8 -e 8G -f 2 --output-dir "$work/allreduce_all"
+timed allreduce_2gpu 200 "$bin" allreduce --gpus 0,1 -b 8 -e 8G -f 2 --output-dir "$work/allreduce_2gpu"
+timed allreduce_mpi 200 mpirun --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE \
+  "$bin" allreduce -b 64M -e 8G -f 2 --output-dir "$work/allreduce_mpi"
+timed allreduce_quick 120 "$bin" allreduce --quick --output-dir "$work/allreduce_quick"
+tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
+cat "$work/steps.log"
+grep -A12 "^Headline" "$work/allreduce_all.log" | head -20
+tail -5 "$work/gpu_test_collectives.log"
