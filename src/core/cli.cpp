@@ -212,11 +212,25 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
   Report r = run_module(m, c, sys, run_id, command);
   if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
-  if (!lead) return exit_code_of(r);
+  // Under MPI a rank whose run broke (a timeout, a GPU error) may have left the others inside a
+  // collective or an MPI call: after rank 0's report, end the whole job.
+  const bool end_job = proc.mpi && proc.size > 1 && !r.error.empty();
+  if (!lead) {
+    if (end_job) {
+      std::fprintf(stderr, "gpubench: error: [rank %d] %s\n", proc.rank, r.error.c_str());
+      std::fflush(stderr);
+      abort_job(kExitFailed);
+    }
+    return exit_code_of(r);
+  }
   if (!dir.empty()) write_report_files(dir, r);
   if (!c.json.empty() && c.json != "-") write_file_atomic(c.json, render_json(r));
   print_report(r, c);
   announce_folder(dir, c);
+  if (end_job) {
+    std::cout.flush();
+    abort_job(kExitFailed);
+  }
   return exit_code_of(r);
 }
 
