@@ -89,7 +89,8 @@ TEST(AllreduceSettings, OpsPerIteration) {
   EXPECT_EQ(agg_for(8, 0), 20);
   EXPECT_EQ(agg_for(1 << 20, 0), 20);
   EXPECT_EQ(agg_for(16 << 20, 0), 4);
-  EXPECT_EQ(agg_for(64 << 20, 0), 1);
-  EXPECT_EQ(agg_for(8ull << 30, 0), 1);
+  EXPECT_EQ(agg_for(8 << 20, 0), 8);
+  EXPECT_EQ(agg_for(64 << 20, 0), 4);
+  EXPECT_EQ(agg_for(8ull << 30, 0), 4);
   EXPECT_EQ(agg_for(8ull << 30, 5), 5);
 }

@@ -89,7 +89,7 @@ class AllreduceModule final : public Module {
     app.add_option("-e,--max-bytes", opts_.max_bytes, "Largest message (default 8G; 256M with --quick)");
     app.add_option("-f,--step-factor", opts_.step_factor, "Multiply the size by this (default 2; 4 with --quick)");
     app.add_option("-i,--step-bytes", opts_.step_bytes, "Add this to the size instead of multiplying");
-    app.add_option("-a,--agg-iters", opts_.agg_iters, "Ops per timed iteration (0: 20 below 1 MiB, down to 1 at 64 MiB)")
+    app.add_option("-a,--agg-iters", opts_.agg_iters, "Ops per timed iteration (0: 20 below 1 MiB, down to 4 from 16 MiB)")
         ->capture_default_str();
     app.add_option("--place", opts_.place, "both, out (out-of-place only), in (in-place only)")->capture_default_str();
     app.add_option("-c,--check", opts_.check, "Verified runs per size (0: none)")->capture_default_str();
