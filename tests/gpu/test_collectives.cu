@@ -14,6 +14,7 @@
 #include <numeric>
 #include <vector>
 
+#include "gpubench/core/nccl_compat.hpp"
 #include "../../src/modules/allreduce/allreduce.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/nccl.hpp"
@@ -78,7 +79,7 @@ double get(const Bytes& b, std::size_t i, const DataType& t) {
       return load_as<float>(p);
     case ncclFloat64:
       return load_as<double>(p);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+#if GPB_NCCL_HAS_FP8
     case ncclFloat8e4m3:
       return static_cast<float>(load_as<__nv_fp8_e4m3>(p));
     case ncclFloat8e5m2:
@@ -113,7 +114,7 @@ void put(Bytes& b, std::size_t i, const DataType& t, double v) {
       return store_as(p, static_cast<float>(v));
     case ncclFloat64:
       return store_as(p, v);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+#if GPB_NCCL_HAS_FP8
     case ncclFloat8e4m3:
       return store_as(p, __nv_fp8_e4m3(static_cast<float>(v)));
     case ncclFloat8e5m2:

@@ -8,6 +8,7 @@
 #include "allreduce.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/nccl_compat.hpp"
 
 namespace gpubench::allreduce {
 
@@ -63,8 +64,8 @@ const std::vector<DataType>& all_types() {
         {"fp32", ncclFloat32, 4, true}, {"fp64", ncclFloat64, 8, true},
     };
     // fp8 needs NCCL 2.24 in both the headers and the loaded library (as nccl-tests checks).
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
-    if (runtime_nccl_version() >= NCCL_VERSION(2, 24, 0)) {
+#if GPB_NCCL_HAS_FP8
+    if (runtime_nccl_version() >= GPB_NCCL_FP8_MIN_VERSION) {
       t.push_back({"fp8e4m3", ncclFloat8e4m3, 1, true});
       t.push_back({"fp8e5m2", ncclFloat8e5m2, 1, true});
     }
@@ -228,9 +229,9 @@ void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t 
       GPB_NCCL_CHECK(ncclReduce(sendbuf, recvbuf, count, t.nccl, op.nccl, root, comm, stream));
       return;
     case Kind::AllToAll: {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#if GPB_NCCL_HAS_ALLTOALL
       // nccl-tests uses NCCL's own alltoall where the library has it (2.28+)...
-      if (runtime_nccl_version() >= NCCL_VERSION(2, 28, 0)) {
+      if (runtime_nccl_version() >= GPB_NCCL_ALLTOALL_MIN_VERSION) {
         GPB_NCCL_CHECK(ncclAlltoAll(sendbuf, recvbuf, count, t.nccl, comm, stream));
         return;
       }

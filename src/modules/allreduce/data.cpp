@@ -6,6 +6,7 @@
 #include "collectives.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/nccl_compat.hpp"
 
 namespace gpubench::allreduce {
 
@@ -33,7 +34,7 @@ CollectiveElem elem_of(const DataType& t) {
       return CollectiveElem::Fp32;
     case ncclFloat64:
       return CollectiveElem::Fp64;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+#if GPB_NCCL_HAS_FP8
     case ncclFloat8e4m3:
       return CollectiveElem::Fp8E4M3;
     case ncclFloat8e5m2:
