@@ -167,7 +167,9 @@ void CudaGraph::abandon_capture(cudaStream_t stream) noexcept {
   (void)cudaGetLastError();
 }
 
-void CudaGraph::launch(cudaStream_t stream) const { GPB_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+void CudaGraph::launch(cudaStream_t stream) const {
+  GPB_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+}
 
 void stream_wait(cudaStream_t waiter, cudaStream_t signaller, const Event& scratch) {
   scratch.record(signaller);

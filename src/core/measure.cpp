@@ -42,8 +42,7 @@ void wait_for(const Event& event, double timeout_s, const char* what) {
     event.synchronize();
     return;
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
     const cudaError_t st = cudaEventQuery(event.get());
     if (st == cudaSuccess) return;

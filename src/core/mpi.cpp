@@ -89,7 +89,9 @@ MpiSession::~MpiSession() {
   g_info = ProcessInfo{};
 }
 
-const ProcessInfo& process_info() { return g_info; }
+const ProcessInfo& process_info() {
+  return g_info;
+}
 
 void abort_job(int code) {
 #ifdef GPUBENCH_HAVE_MPI

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
-#include <cstring>
 #include <thread>
 
 #include "gpubench/core/mpi.hpp"

@@ -23,11 +23,13 @@ std::string binary() {
 TEST(AllreduceTimeout, HungCollectiveIsAbortedAndReported) {
   if (gpubench::visible_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("gpubench_timeout_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubench_timeout_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const std::string cmd = "NCCL_NVLS_ENABLE=0 timeout 120 " + binary() +
-                          " allreduce --gpus 0,1 -b 1G -e 1G --timeout 0.001 --log-level off --output-dir " +
-                          dir.string() + " > " + (dir.string() + ".out") + " 2>&1";
+  const std::string cmd =
+      "NCCL_NVLS_ENABLE=0 timeout 120 " + binary() +
+      " allreduce --gpus 0,1 -b 1G -e 1G --timeout 0.001 --log-level off --output-dir " +
+      dir.string() + " > " + (dir.string() + ".out") + " 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1) << "124 would mean it hung";

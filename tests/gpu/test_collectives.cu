@@ -14,10 +14,10 @@
 #include <numeric>
 #include <vector>
 
-#include "gpubench/core/nccl_compat.hpp"
 #include "../../src/modules/allreduce/allreduce.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/nccl_compat.hpp"
 #include "gpubench/core/ranks.hpp"
 
 using namespace gpubench;

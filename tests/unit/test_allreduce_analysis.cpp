@@ -46,7 +46,8 @@ TEST(AllreduceFit, RecoversAlphaAndBeta) {
 }
 
 TEST(AllreduceKnee, InterpolatesOnLogSize) {
-  std::vector<Point> pts = {{1024, 0, 0, 10}, {2048, 0, 0, 50}, {4096, 0, 0, 90}, {8192, 0, 0, 100}};
+  std::vector<Point> pts = {
+      {1024, 0, 0, 10}, {2048, 0, 0, 50}, {4096, 0, 0, 90}, {8192, 0, 0, 100}};
   // 50% of 100 is reached exactly at 2048; 90% exactly at 4096; 70% halfway (log2) in between.
   EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.5), 2048, 1e-6);
   EXPECT_NEAR(*size_at_fraction_of_peak(pts, 0.9), 4096, 1e-6);

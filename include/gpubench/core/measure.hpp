@@ -31,7 +31,8 @@ struct MeasureOptions {
   int fixed_iters = 0;       // > 0: exactly this many timed iterations, no noise rule (--iters)
   L2Policy l2 = L2Policy::Cold;
   bool spin = true;  // hold the stream with the spin kernel while a batch is queued
-  double timeout_s = 0;  // > 0: GPU work unfinished this long after it was queued throws TimeoutError
+  double timeout_s =
+      0;  // > 0: GPU work unfinished this long after it was queued throws TimeoutError
 };
 
 struct Measurement {

@@ -7,10 +7,10 @@
 namespace gpubench {
 
 struct ProcessInfo {
-  bool mpi = false;     // started by mpirun/srun with more than one process, MPI initialised
+  bool mpi = false;  // started by mpirun/srun with more than one process, MPI initialised
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // among the processes of this node
-  std::string launcher;  // "mpirun", "srun" or "" (one process)
+  std::string launcher;                // "mpirun", "srun" or "" (one process)
 };
 
 // The launcher's view from the environment (OMPI_COMM_WORLD_*, PMI_*, SLURM_*), before MPI_Init.

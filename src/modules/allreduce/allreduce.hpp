@@ -17,9 +17,10 @@ namespace gpubench::allreduce {
 // Types and reductions
 
 struct DataType {
-  std::string name;  // "int8","uint8","int32","uint32","int64","uint64","fp16","bf16","fp32","fp64","fp8e4m3","fp8e5m2"
+  std::string
+      name;  // "int8","uint8","int32","uint32","int64","uint64","fp16","bf16","fp32","fp64","fp8e4m3","fp8e5m2"
   ncclDataType_t nccl;
-  int bytes;          // element size
+  int bytes;  // element size
   bool floating;
 };
 // Every type this build's NCCL has (fp8 only when NCCL >= 2.24 headers and library).
@@ -43,9 +44,10 @@ enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToA
 // alltoall: each rank's send buffer); algbw = size / time; busbw = algbw x bus_factor(n).
 struct Collective {
   Kind kind;
-  std::string name;   // "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"
-  bool reduces;       // takes a reduction op
-  bool rooted;        // takes a root
+  std::string name;  // "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                     // "alltoall", "sendrecv"
+  bool reduces;      // takes a reduction op
+  bool rooted;       // takes a root
   double bus_factor(int nranks) const;
   // Elements per rank passed to the NCCL call ("count") for a given size; 0 when size is too
   // small for one element per rank where needed.
@@ -101,13 +103,14 @@ std::vector<std::uint64_t> sweep_sizes(std::uint64_t min_bytes, std::uint64_t ma
 
 // One measured point of a collective's sweep (out-of-place unless stated).
 struct Point {
-  std::uint64_t size = 0;   // bytes (nccl-tests "size")
-  double time_s = 0;        // per op (median per-iteration time / ops per iteration)
+  std::uint64_t size = 0;  // bytes (nccl-tests "size")
+  double time_s = 0;       // per op (median per-iteration time / ops per iteration)
   double algbw_GBps = 0, busbw_GBps = 0;
 };
 
 // Least-squares fit of t = alpha + size / beta over the points, weighted by 1/t^2 so small and
-// large messages count alike. alpha in seconds, beta in bytes/s (algbw terms). nullopt for < 2 points.
+// large messages count alike. alpha in seconds, beta in bytes/s (algbw terms). nullopt for < 2
+// points.
 struct Fit {
   double alpha_s = 0;
   double beta_Bps = 0;

@@ -1,8 +1,8 @@
 // `gpubench allreduce`: NCCL collectives over a RankGroup (a thread per GPU, or a process per GPU
 // under mpirun/srun), swept over message sizes, timed by the measurement core, verified.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -79,34 +79,50 @@ class AllreduceModule final : public Module {
     opts_ = Options{};
     app.add_option("--collective", opts_.collective,
                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv "
-                   "(a list) or all")->capture_default_str();
+                   "(a list) or all")
+        ->capture_default_str();
     app.add_option("-d,--type", opts_.type,
                    "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8e4m3, "
-                   "fp8e5m2 (a list) or all")->capture_default_str();
-    app.add_option("-o,--op", opts_.op, "sum, prod, min, max, avg (a list) or all")->capture_default_str();
-    app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")->capture_default_str();
-    app.add_option("-b,--min-bytes", opts_.min_bytes, "Smallest message (default 8)");
-    app.add_option("-e,--max-bytes", opts_.max_bytes, "Largest message (default 8G; 256M with --quick)");
-    app.add_option("-f,--step-factor", opts_.step_factor, "Multiply the size by this (default 2; 4 with --quick)");
-    app.add_option("-i,--step-bytes", opts_.step_bytes, "Add this to the size instead of multiplying");
-    app.add_option("-a,--agg-iters", opts_.agg_iters, "Ops per timed iteration (0: 20 below 1 MiB, down to 4 from 16 MiB)")
+                   "fp8e5m2 (a list) or all")
         ->capture_default_str();
-    app.add_option("--place", opts_.place, "both, out (out-of-place only), in (in-place only)")->capture_default_str();
-    app.add_option("-c,--check", opts_.check, "Verified runs per size (0: none)")->capture_default_str();
-    app.add_flag("-G,--cuda-graph", opts_.cuda_graph, "Capture each iteration's ops in a CUDA graph");
+    app.add_option("-o,--op", opts_.op, "sum, prod, min, max, avg (a list) or all")
+        ->capture_default_str();
+    app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")
+        ->capture_default_str();
+    app.add_option("-b,--min-bytes", opts_.min_bytes, "Smallest message (default 8)");
+    app.add_option("-e,--max-bytes", opts_.max_bytes,
+                   "Largest message (default 8G; 256M with --quick)");
+    app.add_option("-f,--step-factor", opts_.step_factor,
+                   "Multiply the size by this (default 2; 4 with --quick)");
+    app.add_option("-i,--step-bytes", opts_.step_bytes,
+                   "Add this to the size instead of multiplying");
+    app.add_option("-a,--agg-iters", opts_.agg_iters,
+                   "Ops per timed iteration (0: 20 below 1 MiB, down to 4 from 16 MiB)")
+        ->capture_default_str();
+    app.add_option("--place", opts_.place, "both, out (out-of-place only), in (in-place only)")
+        ->capture_default_str();
+    app.add_option("-c,--check", opts_.check, "Verified runs per size (0: none)")
+        ->capture_default_str();
+    app.add_flag("-G,--cuda-graph", opts_.cuda_graph,
+                 "Capture each iteration's ops in a CUDA graph");
     app.add_flag("-z,--blocking", opts_.blocking, "Wait for each op to finish before the next");
-    app.add_option("--split", opts_.split, "Run this many groups of GPUs at once")->capture_default_str();
-    app.add_option("--timeout", opts_.timeout, "Seconds before a hung collective is aborted")->capture_default_str();
+    app.add_option("--split", opts_.split, "Run this many groups of GPUs at once")
+        ->capture_default_str();
+    app.add_option("--timeout", opts_.timeout, "Seconds before a hung collective is aborted")
+        ->capture_default_str();
     app.add_flag("--allow-shared-gpus", opts_.allow_shared_gpus,
                  "Under MPI, allow more processes than GPUs on a node");
   }
 
   void validate() const override { (void)resolve_settings(opts_, false); }
 
-  std::optional<std::string> unsupported(const System&, const std::vector<int>& gpus) const override {
+  std::optional<std::string> unsupported(const System&,
+                                         const std::vector<int>& gpus) const override {
     const ProcessInfo& p = process_info();
     const int n = p.mpi ? p.size : static_cast<int>(gpus.size());
-    if (n < 2) return fmt::format("needs at least 2 GPUs (got {}): use --gpus with 2 or more, or mpirun -np 2+", n);
+    if (n < 2)
+      return fmt::format(
+          "needs at least 2 GPUs (got {}): use --gpus with 2 or more, or mpirun -np 2+", n);
     return std::nullopt;
   }
 
@@ -134,8 +150,10 @@ class AllreduceModule final : public Module {
       s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
                                    [](const DataType& t) { return t.name.rfind("fp8", 0) == 0; }),
                     s.types.end());
-      if (s.types.size() != before) pre.warn("fp8 types left out: they need compute capability 9.0 or newer");
-      if (s.types.empty()) throw InputError("--type: fp8 needs GPUs of compute capability 9.0 or newer");
+      if (s.types.size() != before)
+        pre.warn("fp8 types left out: they need compute capability 9.0 or newer");
+      if (s.types.empty())
+        throw InputError("--type: fp8 needs GPUs of compute capability 9.0 or newer");
     }
 
     // Ranks: this process's GPU under MPI, every selected GPU otherwise.
@@ -143,8 +161,10 @@ class AllreduceModule final : public Module {
     std::vector<int> world_gpus = ctx.gpus();
     if (proc.mpi) {
       if (proc.local_size > static_cast<int>(ctx.gpus().size()) && !s.allow_shared_gpus)
-        throw InputError(fmt::format("{} processes on this node but {} GPU(s) selected: one GPU per process "
-                                     "(or --allow-shared-gpus)", proc.local_size, ctx.gpus().size()));
+        throw InputError(
+            fmt::format("{} processes on this node but {} GPU(s) selected: one GPU per process "
+                        "(or --allow-shared-gpus)",
+                        proc.local_size, ctx.gpus().size()));
       const int device = ctx.gpus()[static_cast<std::size_t>(proc.local_rank) % ctx.gpus().size()];
       group = RankGroup::over_mpi(device);
     } else {
@@ -152,18 +172,26 @@ class AllreduceModule final : public Module {
     }
     const int world = group->size();
     if (world % s.split != 0)
-      throw InputError(fmt::format("--split {}: {} ranks do not divide into equal groups", s.split, world));
+      throw InputError(
+          fmt::format("--split {}: {} ranks do not divide into equal groups", s.split, world));
     const int n = world / s.split;
-    if (n < 2) throw InputError(fmt::format("--split {} leaves groups of 1 rank ({} ranks)", s.split, world));
-    if (s.root >= n) throw InputError(fmt::format("--root {} is outside the group of {} ranks", s.root, n));
+    if (n < 2)
+      throw InputError(
+          fmt::format("--split {} leaves groups of 1 rank ({} ranks)", s.split, world));
+    if (s.root >= n)
+      throw InputError(fmt::format("--root {} is outside the group of {} ranks", s.root, n));
 
     // Message sizes: whole elements per rank for every type, cut to what fits.
-    std::vector<std::uint64_t> sizes = sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);
+    std::vector<std::uint64_t> sizes =
+        sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);
     Report r = std::move(pre);
     const std::uint64_t fits = max_fitting_size(s, world_gpus, n);
     if (!sizes.empty() && sizes.back() > fits) {
-      r.warn(fmt::format("sizes above {} do not fit in GPU memory and were left out", format_bytes(fits)));
-      sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](std::uint64_t x) { return x > fits; }), sizes.end());
+      r.warn(fmt::format("sizes above {} do not fit in GPU memory and were left out",
+                         format_bytes(fits)));
+      sizes.erase(
+          std::remove_if(sizes.begin(), sizes.end(), [&](std::uint64_t x) { return x > fits; }),
+          sizes.end());
     }
     if (sizes.empty()) throw InputError("no message size of the sweep fits in GPU memory");
     std::uint64_t buffer_bytes = 0;
@@ -171,16 +199,19 @@ class AllreduceModule final : public Module {
       for (const auto& t : s.types) {
         const std::size_t count = c.count_for(sizes.back(), t.bytes, n);
         buffer_bytes = std::max<std::uint64_t>(
-            buffer_bytes, std::max(c.send_elems(count, n), c.recv_elems(count, n)) * static_cast<std::uint64_t>(t.bytes));
+            buffer_bytes, std::max(c.send_elems(count, n), c.recv_elems(count, n)) *
+                              static_cast<std::uint64_t>(t.bytes));
       }
 
     MeasureOptions mo = ctx.measure_options();
     mo.timeout_s = s.timeout_s;
     // A full sweep of every collective is hundreds of measurements: small messages are held to
     // 1% noise and at most 0.3 s each (0.15 s quick) unless the command line says otherwise.
-    if (ctx.common().max_time < 0) mo.max_time_s = std::min(mo.max_time_s, ctx.quick() ? 0.15 : 0.3);
+    if (ctx.common().max_time < 0)
+      mo.max_time_s = std::min(mo.max_time_s, ctx.quick() ? 0.15 : 0.3);
     if (ctx.common().max_noise < 0) mo.max_noise = std::max(mo.max_noise, 0.01);
-    if (ctx.common().min_time < 0) mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
+    if (ctx.common().min_time < 0)
+      mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
     mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
     mo.spin = !s.blocking;
 
@@ -230,7 +261,8 @@ class AllreduceModule final : public Module {
     for (const auto& c : s.collectives) {
       for (const auto& t : s.types) {
         const std::size_t count = c.count_for(1ull << 30, t.bytes, n);
-        const double elems = static_cast<double>(std::max(c.send_elems(count, n), c.recv_elems(count, n)));
+        const double elems =
+            static_cast<double>(std::max(c.send_elems(count, n), c.recv_elems(count, n)));
         worst_ratio = std::max(worst_ratio, elems * t.bytes / static_cast<double>(1ull << 30));
       }
     }
@@ -268,13 +300,16 @@ class AllreduceModule final : public Module {
               // one buffer for both (all_gather's send is its slice of the output).
               void* recv = b.get();
               if (in_place && c.kind == Kind::ReduceScatter)
-                recv = static_cast<char*>(b.get()) + static_cast<std::size_t>(grank) * count * t.bytes;
+                recv =
+                    static_cast<char*>(b.get()) + static_cast<std::size_t>(grank) * count * t.bytes;
               const void* send = in_place ? in_place_send(c, recv, count, t, grank) : a.get();
-              const std::string what = fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name,
-                                                   row.op, in_place ? "in-place" : "out-of-place");
+              const std::string what =
+                  fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name, row.op,
+                              in_place ? "in-place" : "out-of-place");
               PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
               try {
-                init_send(c, const_cast<void*>(send), count, t, op, grank, n, 0x5eed + row.size, stream);
+                init_send(c, const_cast<void*>(send), count, t, op, grank, n, 0x5eed + row.size,
+                          stream);
                 auto one_op = [&](cudaStream_t st) {
                   issue(c, send, recv, count, t, op, s.root, comm.get(), grank, n, st);
                 };
@@ -289,16 +324,19 @@ class AllreduceModule final : public Module {
                   graph.capture(stream, [&](cudaStream_t st) {
                     for (int k = 0; k < agg; ++k) one_op(st);
                   });
-                const Measurement m = group.measure(self, [&](cudaStream_t st, int) {
-                  if (s.cuda_graph) {
-                    graph.launch(st);
-                    return;
-                  }
-                  for (int k = 0; k < agg; ++k) {
-                    one_op(st);
-                    if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-                  }
-                }, mo);
+                const Measurement m = group.measure(
+                    self,
+                    [&](cudaStream_t st, int) {
+                      if (s.cuda_graph) {
+                        graph.launch(st);
+                        return;
+                      }
+                      for (int k = 0; k < agg; ++k) {
+                        one_op(st);
+                        if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+                      }
+                    },
+                    mo);
                 pr.measured = true;
                 pr.agg = agg;
                 std::vector<double> per_op = m.samples;
@@ -309,7 +347,8 @@ class AllreduceModule final : public Module {
                 // Verify: fresh data, a poisoned output, one op, every element checked. In place,
                 // alltoall and sendrecv overwrite input not yet sent: undefined, not checked
                 // (as in nccl-tests).
-                const bool checkable = !(in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv));
+                const bool checkable =
+                    !(in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv));
                 const int checks = checkable ? s.check : 0;
                 std::uint64_t wrong = 0;
                 for (int k = 0; k < checks; ++k) {
@@ -333,7 +372,8 @@ class AllreduceModule final : public Module {
               }
             }
             if (self.rank == 0) {
-              spdlog::info("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size), t.name, row.op,
+              spdlog::info("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
+                           t.name, row.op,
                            row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
                                                      : row.in_place.per_op.median * 1e6);
               rows.push_back(row);
@@ -350,6 +390,8 @@ class AllreduceModule final : public Module {
 
 }  // namespace
 
-ModulePtr make_allreduce_module() { return std::make_unique<AllreduceModule>(); }
+ModulePtr make_allreduce_module() {
+  return std::make_unique<AllreduceModule>();
+}
 
 }  // namespace gpubench

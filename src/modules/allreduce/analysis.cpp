@@ -32,8 +32,8 @@ std::vector<std::uint64_t> sweep_sizes(std::uint64_t min_bytes, std::uint64_t ma
     }
   } else {
     // Multiply in floating point but land exactly on powers of the factor from min.
-    for (double s = static_cast<double>(min_bytes); s <= static_cast<double>(max_bytes) * (1 + 1e-12);
-         s *= factor)
+    for (double s = static_cast<double>(min_bytes);
+         s <= static_cast<double>(max_bytes) * (1 + 1e-12); s *= factor)
       push(static_cast<std::uint64_t>(std::llround(s)));
   }
   return sizes;
@@ -79,7 +79,8 @@ std::optional<Fit> fit_alpha_beta(const std::vector<Point>& points) {
 std::optional<double> size_at_fraction_of_peak(const std::vector<Point>& points, double fraction) {
   if (points.empty()) return std::nullopt;
   std::vector<Point> sorted = points;
-  std::sort(sorted.begin(), sorted.end(), [](const Point& a, const Point& b) { return a.size < b.size; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Point& a, const Point& b) { return a.size < b.size; });
   double peak = 0;
   for (const Point& p : sorted) peak = std::max(peak, p.busbw_GBps);
   if (!(peak > 0)) return std::nullopt;
@@ -91,7 +92,8 @@ std::optional<double> size_at_fraction_of_peak(const std::vector<Point>& points,
     const Point& lo = sorted[i - 1];
     const Point& hi = sorted[i];
     const double t = (target - lo.busbw_GBps) / (hi.busbw_GBps - lo.busbw_GBps);
-    const double l = std::log2(static_cast<double>(lo.size)), h = std::log2(static_cast<double>(hi.size));
+    const double l = std::log2(static_cast<double>(lo.size)),
+                 h = std::log2(static_cast<double>(hi.size));
     return std::exp2(l + t * (h - l));
   }
   return std::nullopt;

@@ -65,7 +65,10 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
     CaseResult c;
     c.group = series_key(row);
     c.name = format_bytes_short(row.size);
-    c.params = {{"size", row.size}, {"count", row.count}, {"type", row.type}, {"redop", row.op},
+    c.params = {{"size", row.size},
+                {"count", row.count},
+                {"type", row.type},
+                {"redop", row.op},
                 {"root", row.root}};
     add_place(c, row.out_of_place, row, n, "");
     add_place(c, row.in_place, row, n, "_ip");
@@ -87,10 +90,18 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
   }
 
   // Curves: busbw and time per op against size.
-  Sweep bus{"busbw_vs_size", "Bus bandwidth against message size (out-of-place)", "size", "bytes",
-            "busbw", "GB/s", true, {}};
-  Sweep lat{"time_vs_size", "Time per op against message size (out-of-place)", "size", "bytes",
-            "time", "us", true, {}};
+  Sweep bus{"busbw_vs_size",
+            "Bus bandwidth against message size (out-of-place)",
+            "size",
+            "bytes",
+            "busbw",
+            "GB/s",
+            true,
+            {}};
+  Sweep lat{"time_vs_size", "Time per op against message size (out-of-place)",
+            "size",         "bytes",
+            "time",         "us",
+            true,           {}};
   for (const auto& key : order) {
     Series sb{key, {}, {}}, st{key, {}, {}};
     for (const Point& p : curve(by_series[key], n)) {
@@ -122,7 +133,8 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
     c.metric("size_largest", static_cast<double>(pts.back().size), "bytes");
     c.metric("time_smallest", pts.front().time_s * 1e6, "us");
     c.metric("peak_busbw", peak, "GB/s");
-    if (facts.link_peak_GBps > 0) c.metric("of_link_peak", 100.0 * peak / facts.link_peak_GBps, "%");
+    if (facts.link_peak_GBps > 0)
+      c.metric("of_link_peak", 100.0 * peak / facts.link_peak_GBps, "%");
     if (auto f = fit_alpha_beta(pts)) {
       c.metric("alpha", f->alpha_s * 1e6, "us");
       c.metric("beta_busbw", f->beta_Bps * factor / 1e9, "GB/s");
@@ -146,9 +158,10 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
     r.set_headline(name + "_latency_us", pts.front().time_s * 1e6, "us");
   }
   if (facts.groups > 1)
-    r.warn(fmt::format("--split {}: {} groups of {} ranks ran at once; each iteration's time is the "
-                       "slowest rank's over every group",
-                       facts.groups, facts.groups, n));
+    r.warn(
+        fmt::format("--split {}: {} groups of {} ranks ran at once; each iteration's time is the "
+                    "slowest rank's over every group",
+                    facts.groups, facts.groups, n));
 }
 
 }  // namespace gpubench::allreduce

@@ -14,11 +14,11 @@ namespace gpubench::allreduce {
 // One placement (out-of-place or in-place) of one size.
 struct PlaceResult {
   bool measured = false;
-  Stats per_op;            // seconds per op (iteration time / ops per iteration, max over ranks)
-  int agg = 1;             // ops per iteration
+  Stats per_op;  // seconds per op (iteration time / ops per iteration, max over ranks)
+  int agg = 1;   // ops per iteration
   std::string stop_reason;
   bool converged = true;
-  std::uint64_t wrong = 0; // wrong elements over every rank and check run
+  std::uint64_t wrong = 0;  // wrong elements over every rank and check run
   bool checked = false;
 };
 
@@ -34,10 +34,10 @@ struct Row {
 
 // Everything the report needs besides the rows.
 struct RunFacts {
-  int nranks = 0;            // ranks in one communicator
-  int groups = 1;            // --split
-  double link_peak_GBps = 0; // per GPU and direction (NVLink links x rate, else PCIe), 0 unknown
-  std::string link_name;     // "NVLink x18", "PCIe", ...
+  int nranks = 0;             // ranks in one communicator
+  int groups = 1;             // --split
+  double link_peak_GBps = 0;  // per GPU and direction (NVLink links x rate, else PCIe), 0 unknown
+  std::string link_name;      // "NVLink x18", "PCIe", ...
 };
 
 // Fills tables, sweeps, the comparison, headline keys and the failure status into `r`.

@@ -36,7 +36,8 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.collectives = parse_collectives(o.collective);
   s.types = parse_list_or_all<DataType>(o.type, all_types(),
                                         [](const std::string& n) { return parse_type(n); });
-  s.ops = parse_list_or_all<ReduceOp>(o.op, all_ops(), [](const std::string& n) { return parse_op(n); });
+  s.ops = parse_list_or_all<ReduceOp>(o.op, all_ops(),
+                                      [](const std::string& n) { return parse_op(n); });
   if (o.root < 0) throw InputError(fmt::format("--root {} is negative", o.root));
   s.root = o.root;
   s.min_bytes = size_or("--min-bytes", o.min_bytes, 8);
@@ -46,7 +47,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   if (!o.step_bytes.empty() && o.step_factor != 2.0)
     throw InputError("--step-factor and --step-bytes exclude each other");
   if (quick && o.step_bytes.empty() && o.step_factor == 2.0) s.step_factor = 4;  // fewer points
-  (void)sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);  // checks
+  (void)sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);   // checks
   if (o.agg_iters < 0) throw InputError("--agg-iters must be >= 0 (0: by message size)");
   s.agg_iters = o.agg_iters;
   if (o.place == "both") {
@@ -61,7 +62,8 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.check = o.check;
   s.cuda_graph = o.cuda_graph;
   s.blocking = o.blocking;
-  if (s.cuda_graph && s.blocking) throw InputError("--cuda-graph and --blocking exclude each other");
+  if (s.cuda_graph && s.blocking)
+    throw InputError("--cuda-graph and --blocking exclude each other");
   if (o.split < 1) throw InputError(fmt::format("--split {} must be >= 1", o.split));
   s.split = o.split;
   if (!(o.timeout > 0)) throw InputError("--timeout must be greater than 0 seconds");
@@ -94,8 +96,10 @@ nlohmann::ordered_json Settings::to_json() const {
   j["root"] = root;
   j["min_bytes"] = min_bytes;
   j["max_bytes"] = max_bytes;
-  if (step_bytes > 0) j["step_bytes"] = step_bytes;
-  else j["step_factor"] = step_factor;
+  if (step_bytes > 0)
+    j["step_bytes"] = step_bytes;
+  else
+    j["step_factor"] = step_factor;
   j["agg_iters"] = agg_iters;
   j["out_of_place"] = out_of_place;
   j["in_place"] = in_place;

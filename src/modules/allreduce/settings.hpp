@@ -15,17 +15,17 @@ struct Options {
   std::string type = "fp32";              // list or "all"
   std::string op = "sum";                 // list or "all"
   int root = 0;
-  std::string min_bytes, max_bytes;       // defaults depend on --quick
+  std::string min_bytes, max_bytes;  // defaults depend on --quick
   double step_factor = 2.0;
-  std::string step_bytes;                 // "" -> multiply by step_factor
-  int agg_iters = 0;                      // ops per timed iteration; 0: by size
-  std::string place = "both";             // both | out | in
-  int check = 1;                          // verified runs per size
+  std::string step_bytes;      // "" -> multiply by step_factor
+  int agg_iters = 0;           // ops per timed iteration; 0: by size
+  std::string place = "both";  // both | out | in
+  int check = 1;               // verified runs per size
   bool cuda_graph = false;
-  bool blocking = false;                  // wait for each op before the next
-  int split = 1;                          // groups running at once
-  double timeout = 120;                   // seconds before a hung collective is aborted
-  bool allow_shared_gpus = false;         // MPI: more processes than GPUs on a node
+  bool blocking = false;           // wait for each op before the next
+  int split = 1;                   // groups running at once
+  double timeout = 120;            // seconds before a hung collective is aborted
+  bool allow_shared_gpus = false;  // MPI: more processes than GPUs on a node
 };
 
 struct Settings {
