@@ -79,6 +79,16 @@ std::uint64_t parse_size(const std::string& text_raw) {
   return static_cast<std::uint64_t>(bytes);
 }
 
+std::uint64_t parse_size_option(const std::string& option, const std::string& text,
+                                std::uint64_t fallback) {
+  if (text.empty()) return fallback;
+  try {
+    return parse_size(text);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", option, e.what()));
+  }
+}
+
 std::vector<std::uint64_t> parse_size_list(const std::string& text) {
   std::vector<std::uint64_t> out;
   for (const auto& item : split_list(text)) out.push_back(parse_size(item));

@@ -10,7 +10,11 @@ namespace gpubench {
 // kB/MB/GB/TB powers of 1000. Rejects 0, negatives, fractions of a byte, malformed text and
 // overflow.
 std::uint64_t parse_size(const std::string& text);
-std::vector<std::uint64_t> parse_size_list(const std::string& text);  // "1M,64M,1G"
+std::vector<std::uint64_t> parse_size_list(const std::string& text);
+// The size given for `option` ("--hbm-size"), or `fallback` when `text` is empty; errors name
+// the option ("--hbm-size: size '0' must be greater than 0").
+std::uint64_t parse_size_option(const std::string& option, const std::string& text,
+                                std::uint64_t fallback);  // "1M,64M,1G"
 
 // "1 KiB", "64 MiB", "2 GiB", "1.5 GiB", "100 B": binary units, shortest exact-ish form.
 std::string format_bytes(std::uint64_t bytes);

@@ -20,15 +20,6 @@ std::vector<T> parse_list_or_all(const std::string& text, const std::vector<T>& 
   return out;
 }
 
-std::uint64_t size_or(const char* option, const std::string& text, std::uint64_t fallback) {
-  if (text.empty()) return fallback;
-  try {
-    return parse_size(text);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", option, e.what()));
-  }
-}
-
 }  // namespace
 
 Settings resolve_settings(const Options& o, bool quick) {
@@ -40,9 +31,10 @@ Settings resolve_settings(const Options& o, bool quick) {
                                       [](const std::string& n) { return parse_op(n); });
   if (o.root < 0) throw InputError(fmt::format("--root {} is negative", o.root));
   s.root = o.root;
-  s.min_bytes = size_or("--min-bytes", o.min_bytes, 8);
-  s.max_bytes = size_or("--max-bytes", o.max_bytes, quick ? (256ull << 20) : (8ull << 30));
-  s.step_bytes = size_or("--step-bytes", o.step_bytes, 0);
+  s.min_bytes = parse_size_option("--min-bytes", o.min_bytes, 8);
+  s.max_bytes =
+      parse_size_option("--max-bytes", o.max_bytes, quick ? (256ull << 20) : (8ull << 30));
+  s.step_bytes = parse_size_option("--step-bytes", o.step_bytes, 0);
   s.step_factor = o.step_factor;
   if (!o.step_bytes.empty() && o.step_factor != 2.0)
     throw InputError("--step-factor and --step-bytes exclude each other");

@@ -27,16 +27,6 @@ std::vector<std::string> split_option(const std::string& option, const std::stri
   }
 }
 
-std::uint64_t size_option(const std::string& option, const std::string& text,
-                          std::uint64_t fallback) {
-  if (text.empty()) return fallback;
-  try {
-    return parse_size(text);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", option, e.what()));
-  }
-}
-
 std::vector<Part> parse_parts(const std::string& text) {
   std::vector<bool> chosen(std::size(kAllParts), false);
   for (const std::string& item : split_option("--tests", text)) {
@@ -124,9 +114,9 @@ Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.parts = parse_parts(o.tests);
   s.hbm_dtypes = parse_dtypes(o.hbm_dtypes);
-  s.hbm_bytes = size_option("--hbm-size", o.hbm_size, quick ? 512 * kMiB : 2 * kGiB);
-  s.host_bytes = size_option("--host-size", o.host_size, quick ? 256 * kMiB : kGiB);
-  s.p2p_bytes = size_option("--p2p-size", o.p2p_size, quick ? 256 * kMiB : kGiB);
+  s.hbm_bytes = parse_size_option("--hbm-size", o.hbm_size, quick ? 512 * kMiB : 2 * kGiB);
+  s.host_bytes = parse_size_option("--host-size", o.host_size, quick ? 256 * kMiB : kGiB);
+  s.p2p_bytes = parse_size_option("--p2p-size", o.p2p_size, quick ? 256 * kMiB : kGiB);
   // Pageable copies go through a staging buffer at a fraction of pinned speed: quick mode
   // keeps them short.
   s.pageable_bytes = quick ? std::min<std::uint64_t>(s.host_bytes, 64 * kMiB) : s.host_bytes;
