@@ -76,17 +76,34 @@ double record(RunState& rs, const char* group, const std::string& name,
   return v;
 }
 
+// What every measurement of the pair (gpus[i], gpus[j]) shares: the GPUs, the transfer size,
+// the link's peak and the copies per launch derived from it, and each GPU's lane.
+struct PairSetup {
+  int a, b;
+  std::size_t bytes;
+  double peak;
+  int k;
+  Lane& la;
+  Lane& lb;
+};
+
+PairSetup pair_setup(RunState& rs, std::size_t i, std::size_t j) {
+  const int a = rs.ctx.gpus()[i], b = rs.ctx.gpus()[j];
+  const std::size_t bytes = rs.settings.p2p_bytes;
+  const double peak = link_peak(rs.ctx.system(), a, b);
+  const int k = repeats_for(bytes, peak > 0 ? peak : kLinkGuessGBps);
+  return PairSetup{a, b, bytes, peak, k, rs.lanes.of(a), rs.lanes.of(b)};
+}
+
 // src -> dst: copy engine (issued on the source), SM read, SM write.
 void run_ordered_pair(RunState& rs, P2pBuffers& buf, PairMatrices& mx, std::size_t i,
                       std::size_t j) {
-  const std::vector<int>& gpus = rs.ctx.gpus();
-  const int a = gpus[i], b = gpus[j];
-  const std::size_t bytes = rs.settings.p2p_bytes;
+  const PairSetup p = pair_setup(rs, i, j);
+  const int a = p.a, b = p.b, k = p.k;
+  const std::size_t bytes = p.bytes;
+  const double peak = p.peak;
   const System& sys = rs.ctx.system();
-  const double peak = link_peak(sys, a, b);
-  const int k = repeats_for(bytes, peak > 0 ? peak : kLinkGuessGBps);
-  Lane& la = rs.lanes.of(a);
-  Lane& lb = rs.lanes.of(b);
+  Lane &la = p.la, &lb = p.lb;
   void* dst = buf.dst[j].get();
   const void* src = buf.src[i].get();
   const std::string name = fmt::format("{}->{}", gpu_label(a), gpu_label(b));
@@ -117,14 +134,12 @@ void run_ordered_pair(RunState& rs, P2pBuffers& buf, PairMatrices& mx, std::size
 // a <-> b at once: copy engines (each direction issued by its source), then SM write kernels.
 void run_pair_both_ways(RunState& rs, P2pBuffers& buf, PairMatrices& mx, std::size_t i,
                         std::size_t j) {
-  const std::vector<int>& gpus = rs.ctx.gpus();
-  const int a = gpus[i], b = gpus[j];
-  const std::size_t bytes = rs.settings.p2p_bytes;
+  const PairSetup p = pair_setup(rs, i, j);
+  const int a = p.a, b = p.b, k = p.k;
+  const std::size_t bytes = p.bytes;
+  const double peak = p.peak;
   const System& sys = rs.ctx.system();
-  const double peak = link_peak(sys, a, b);
-  const int k = repeats_for(bytes, peak > 0 ? peak : kLinkGuessGBps);
-  Lane& la = rs.lanes.of(a);
-  Lane& lb = rs.lanes.of(b);
+  Lane &la = p.la, &lb = p.lb;
   void* dst_a = buf.dst[i].get();
   void* dst_b = buf.dst[j].get();
   const void* src_a = buf.src[i].get();
