@@ -25,6 +25,11 @@ timed allreduce_all 300 "$bin" allreduce --collective all -b 8 -e 8G -f 2 --outp
 timed allreduce_2gpu 200 "$bin" allreduce --gpus 0,1 -b 8 -e 8G -f 2 --output-dir "$work/allreduce_2gpu"
 timed allreduce_mpi 200 mpirun --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE \
   "$bin" allreduce -b 64M -e 8G -f 2 --output-dir "$work/allreduce_mpi"
+if [ "$ngpu" -gt 2 ]; then
+  CUDA_VISIBLE_DEVICES=0,1 timed allreduce_mpi2 200 mpirun --allow-run-as-root --bind-to none -np 2 \
+    -x NCCL_NVLS_ENABLE -x CUDA_VISIBLE_DEVICES "$bin" allreduce -b 64M -e 8G -f 2 \
+    --output-dir "$work/allreduce_mpi2"
+fi
 timed allreduce_quick 120 "$bin" allreduce --quick --output-dir "$work/allreduce_quick"
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
