@@ -18,7 +18,7 @@ Modes:
   env            the system inventory: driver, GPUs, links, warnings
   bandwidth      HBM, host<->GPU and GPU<->GPU bandwidth and latency
   allreduce      NCCL collectives: busbw sweeps, verified (like nccl-tests)
-  matmul         GEMM throughput                        (not available yet)
+  matmul         GEMM TFLOP/s and MFU per data type and size, verified
   sequence       transformer inference over sequence length (not available yet)
   tp             tensor-parallel inference              (not available yet)
   pp             pipeline-parallel inference            (not available yet)
@@ -50,8 +50,8 @@ not_yet=0
 case "$mode" in
   quick) command_args=(all --config config/quick.ini) ;;
   comprehensive) command_args=(all --config config/default.ini) ;;
-  env | bandwidth | allreduce) command_args=("$mode") ;;
-  matmul | tp | pp) command_args=("$mode") not_yet=1 ;;
+  env | bandwidth | allreduce | matmul) command_args=("$mode") ;;
+  tp | pp) command_args=("$mode") not_yet=1 ;;
   sequence | seqlen) command_args=(seqlen) not_yet=1 ;;
   help) usage && exit 0 ;;
   *)

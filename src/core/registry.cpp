@@ -10,6 +10,7 @@ namespace gpubench {
 ModulePtr make_env_module();
 ModulePtr make_bandwidth_module();
 ModulePtr make_allreduce_module();
+ModulePtr make_matmul_module();
 
 namespace {
 
@@ -38,8 +39,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_env_module());
   m.push_back(make_bandwidth_module());
   m.push_back(make_allreduce_module());
-  m.push_back(std::make_unique<PlannedModule>("matmul",
-                                              "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape"));
+  m.push_back(make_matmul_module());
   m.push_back(std::make_unique<PlannedModule>(
       "seqlen", "LLM prefill/decode latency against sequence length and batch"));
   m.push_back(std::make_unique<PlannedModule>(

@@ -110,8 +110,8 @@ std::string render_summary_markdown(const std::vector<Report>& reports) {
   md += "\n## Headline figures\n\n| module | key | value | unit |\n|---|---|---:|---|\n";
   for (const auto& r : reports)
     for (const auto& [k, m] : r.headline)
-      md += fmt::format("| {} | {} | {} | {} |\n", r.module, k, detail::format_number(m.value),
-                        m.unit);
+      md += fmt::format("| {} | {} | {} | {} |\n", r.module, k,
+                        m.text.empty() ? detail::format_number(m.value) : m.text, m.unit);
   return md;
 }
 

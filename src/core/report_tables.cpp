@@ -126,7 +126,8 @@ TextTable headline_table(const Report& r) {
   TextTable t;
   t.title = "Headline";
   t.headers = {"key", "value", "unit"};
-  for (const auto& [k, m] : r.headline) t.rows.push_back({k, format_number(m.value), m.unit});
+  for (const auto& [k, m] : r.headline)
+    t.rows.push_back({k, m.text.empty() ? format_number(m.value) : m.text, m.unit});
   return t;
 }
 

@@ -10,11 +10,11 @@ namespace gpubench {
 CaseResult& CaseResult::metric(const std::string& key, double value, const std::string& unit) {
   for (auto& kv : metrics) {
     if (kv.first == key) {
-      kv.second = Metric{value, unit};
+      kv.second = Metric{value, unit, {}};
       return *this;
     }
   }
-  metrics.emplace_back(key, Metric{value, unit});
+  metrics.emplace_back(key, Metric{value, unit, {}});
   return *this;
 }
 
@@ -27,11 +27,18 @@ const Metric* CaseResult::find_metric(const std::string& key) const {
 void Report::set_headline(const std::string& key, double value, const std::string& unit) {
   for (auto& kv : headline) {
     if (kv.first == key) {
-      kv.second = Metric{value, unit};
+      kv.second = Metric{value, unit, {}};
       return;
     }
   }
-  headline.emplace_back(key, Metric{value, unit});
+  headline.emplace_back(key, Metric{value, unit, {}});
+}
+
+void Report::set_headline_text(const std::string& key, const std::string& text,
+                               const std::string& unit) {
+  set_headline(key, 0, unit);
+  for (auto& kv : headline)
+    if (kv.first == key) kv.second.text = text;
 }
 
 const Metric* Report::find_headline(const std::string& key) const {
@@ -79,7 +86,14 @@ const ojson& object_at(const ojson& j, const char* key) {
 }
 
 ojson metric_json(const Metric& m) {
+  if (!m.text.empty()) return ojson{{"value", m.text}, {"unit", m.unit}};
   return ojson{{"value", number(m.value)}, {"unit", m.unit}};
+}
+
+Metric metric_from(const ojson& v) {
+  Metric m{number_from(v["value"]), v.value("unit", ""), ""};
+  if (v["value"].is_string()) m.text = v["value"].get<std::string>();
+  return m;
 }
 
 }  // namespace
@@ -168,14 +182,14 @@ Report report_from_json(const ojson& j) {
   r.system = j.value("system", ojson::object());
   r.config = j.value("config", ojson::object());
   for (const auto& [k, v] : object_at(j, "headline").items())
-    r.headline.emplace_back(k, Metric{number_from(v["value"]), v.value("unit", "")});
+    r.headline.emplace_back(k, metric_from(v));
   for (const auto& cj : j.value("results", ojson::array())) {
     CaseResult c;
     c.group = cj.value("group", "");
     c.name = cj.value("case", "");
     c.params = cj.value("params", ojson::object());
     for (const auto& [k, v] : object_at(cj, "metrics").items())
-      c.metrics.emplace_back(k, Metric{number_from(v["value"]), v.value("unit", "")});
+      c.metrics.emplace_back(k, metric_from(v));
     if (cj.contains("stats")) {
       const auto& s = cj["stats"];
       const double inv = s.value("unit", "s") == "us" ? 1e-6 : 1.0;

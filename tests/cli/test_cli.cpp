@@ -115,7 +115,31 @@ TEST(Cli, NegativeIters) {
   expect_bad_input(run("bandwidth --iters -3"), "iters");
 }
 TEST(Cli, PlannedModuleSaysNotAvailable) {
-  expect_bad_input(run("matmul"), "not available yet");
+  expect_bad_input(run("seqlen"), "not available yet");
+}
+
+TEST(Cli, MatmulBadInput) {
+  expect_bad_input(run("matmul --dtypes bf16,fp4"), "fp4");
+  expect_bad_input(run("matmul --shapes 4096x4096"), "--shapes");
+  expect_bad_input(run("matmul --shapes 0x4096x4096"), "greater than 0");
+  expect_bad_input(run("matmul --sizes 1024,abc"), "--sizes");
+  expect_bad_input(run("matmul --dtypes fp8_e4m3 --shapes 4096x4096x4100"), "multiples of 16");
+  expect_bad_input(run("matmul --dtypes int8 --layout nn"), "TN");
+  expect_bad_input(run("matmul --layout xx"), "--layout");
+  expect_bad_input(run("matmul --model no-such-model"), "no-such-model");
+  expect_bad_input(run("matmul --model llama-2-7b --tokens 0"), "--tokens");
+  expect_bad_input(run("matmul --algos 0"), "--algos");
+  expect_bad_input(run("matmul --sustained -1"), "--sustained");
+}
+
+TEST(Cli, MatmulShapeTooLargeForMemory) {
+  // 1M^3 in bf16 needs 6 TB: bad input on a GPU machine, no GPU (3) elsewhere.
+  const auto o = run("matmul --dtypes bf16 --shapes 1048576x1048576x1048576 --no-files");
+  if (has_gpu()) {
+    expect_bad_input(o, "GPU memory");
+  } else {
+    EXPECT_EQ(o.code, 3) << o.err;
+  }
 }
 
 TEST(Cli, ListShowsEveryModule) {

@@ -51,6 +51,11 @@ class Context {
                       const MeasureOptions& opts);
   Measurer& measurer(int gpu);
 
+  // The run's monitor (nullptr without NVML samples), for work timed outside measure(): the
+  // caller starts and stops it around that work and passes what it saw to merge_monitor().
+  Monitor* monitor() noexcept { return monitor_.get(); }
+  void merge_monitor(const MonitorSummary& seen) { monitor_total_.merge(seen); }
+
   // Everything the monitor saw in this run (merged over measurements), for the report.
   const MonitorSummary& monitor_summary() const noexcept { return monitor_total_; }
 

@@ -16,9 +16,11 @@ using ojson = nlohmann::ordered_json;
 
 inline constexpr const char* kResultSchema = "gpubench.result/1";
 
+// A number with its unit, or (text non-empty) a label such as a shape "8192x8192x8192".
 struct Metric {
   double value = 0;
   std::string unit;
+  std::string text;
 };
 
 // One measured case (a row). `group` names the table it belongs to in the console/Markdown
@@ -84,6 +86,8 @@ struct Report {
     return results.back();
   }
   void set_headline(const std::string& key, double value, const std::string& unit);
+  void set_headline_text(const std::string& key, const std::string& text,
+                         const std::string& unit = "");
   const Metric* find_headline(const std::string& key) const;
   void warn(const std::string& text);  // deduplicated
   // ok when every case is ok or skipped, partial when some failed, failed when all failed.

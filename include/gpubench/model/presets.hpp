@@ -1,0 +1,81 @@
+#pragma once
+// Transformer shapes from HuggingFace config.json files: the presets built into gpubench
+// (config/models/*.json) and any user file, normalized into one ModelConfig for the model-shaped
+// benchmarks (matmul, seqlen, tp, pp).
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gpubench::model {
+
+enum class Norm { LayerNorm, RMSNorm };
+enum class Positions { Learned, Rope };
+enum class Activation { Relu, Gelu, GeluTanh /* gelu_new, gelu_pytorch_tanh, gelu_fast */, Silu };
+
+// "layernorm" / "rmsnorm", "learned" / "rope", "relu" / "gelu" / "gelu_tanh" / "silu".
+const char* to_string(Norm norm);
+const char* to_string(Positions positions);
+const char* to_string(Activation activation);
+
+// One decoder-only transformer, whatever the family spelled its config.
+struct ModelConfig {
+  std::string name;        // preset name, or the file's _name_or_path / stem
+  std::string model_type;  // "llama", "qwen2", "qwen3", "opt", "gpt2", ...
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_positions = 0;
+  Norm norm = Norm::RMSNorm;
+  double norm_eps = 1e-5;
+  Positions positions = Positions::Rope;
+  double rope_theta = 10000.0;  // only meaningful with Positions::Rope
+  Activation activation = Activation::Silu;
+  bool gated_mlp = true;  // SwiGLU (gate + up) for the llama / qwen families
+  bool qkv_bias = false;  // qwen2: qkv bias only; opt / gpt2: every bias
+  bool out_bias = false;
+  bool mlp_bias = false;
+  bool qk_norm = false;  // qwen3's per-head RMSNorm on q and k
+  bool tie_word_embeddings = false;
+
+  int q_dim() const;   // num_heads * head_dim
+  int kv_dim() const;  // num_kv_heads * head_dim
+  // Weights of one decoder layer: attention, MLP, its norms and biases.
+  long long params_per_layer() const;
+  // Every weight: layers, token embeddings, learned positions, final norm, untied lm head.
+  long long params_total() const;
+  // The normalized fields (and params_total), for reports.
+  nlohmann::ordered_json to_json() const;
+};
+
+// Names of the built-in presets, sorted ("gpt2-xl", "llama-2-7b", ...).
+std::vector<std::string> preset_names();
+
+// A built-in preset; InputError "unknown model 'x' (known: a, b, ...)".
+ModelConfig load_preset(const std::string& name);
+
+// Any HuggingFace config.json (or a folder holding one). InputError naming the file and the field
+// on an unreadable file, invalid JSON, a missing or non-positive field.
+ModelConfig load_model_config(const std::string& path);
+
+// The shared normalizer: reads the HF spellings of each field (hidden_size | n_embd | d_model,
+// ...) and fills in each family's defaults. `name` names the model in errors and in the result.
+ModelConfig parse_model_config(const nlohmann::json& config, const std::string& name);
+
+// One GEMM of a layer for T tokens: Y[tokens x out_features] = X[tokens x in_features] W^T.
+struct LayerGemm {
+  std::string name;
+  long long tokens = 0;
+  long long out_features = 0;
+  long long in_features = 0;
+};
+
+// One layer's GEMMs in order: "qkv" (out = q_dim + 2 kv_dim), "attn_out" (hidden x q_dim), then
+// "mlp_gate_up" (out = 2 intermediate, gate and up fused) for gated MLPs, else "mlp_up"
+// (intermediate), then "mlp_down" (hidden x intermediate). InputError when tokens <= 0.
+std::vector<LayerGemm> layer_gemms(const ModelConfig& model, long long tokens);
+
+}  // namespace gpubench::model

@@ -1,0 +1,435 @@
+// Model presets and HuggingFace config.json files normalized into ModelConfig: each family's
+// spelling of a field and its defaults live here, so the benchmarks see one shape description.
+#include "gpubench/model/presets.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <sstream>
+
+#include "gpubench/core/errors.hpp"
+
+namespace gpubench::model {
+
+// Generated at configure time from config/models/*.json (see CMakeLists.txt): file stems and
+// texts, each array ending with nullptr.
+namespace detail {
+extern const char* const kPresetNames[];
+extern const char* const kPresetJson[];
+extern const std::size_t kPresetCount;
+}  // namespace detail
+
+namespace {
+
+using nlohmann::json;
+
+// Families with learned absolute positions and LayerNorm (HF keeps them in GPT-2 / OPT form).
+bool is_learned_position_family(const std::string& model_type) {
+  return model_type == "opt" || model_type == "gpt2" || model_type == "gpt_bigcode" ||
+         model_type == "gpt_neo" || model_type == "biogpt";
+}
+
+// Reads the fields of one config; every error names where the config came from.
+class ConfigReader {
+ public:
+  ConfigReader(const json& config, std::string source)
+      : config_(config), source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(source_ + ": " + what); }
+
+  // Present and not null.
+  bool has(const char* key) const {
+    const auto it = config_.find(key);
+    return it != config_.end() && !it->is_null();
+  }
+  bool has_any(std::initializer_list<const char*> keys) const {
+    return std::any_of(keys.begin(), keys.end(), [&](const char* key) { return has(key); });
+  }
+  // Present, even as null (GPT-2's "n_inner": null means "4 x hidden").
+  bool contains(const char* key) const { return config_.contains(key); }
+
+  // The first of `keys` present, or nullptr.
+  const char* first_present(std::initializer_list<const char*> keys) const {
+    for (const char* key : keys) {
+      if (has(key)) return key;
+    }
+    return nullptr;
+  }
+
+  // A required positive integer, read from the first of `keys` present.
+  int positive_int(std::initializer_list<const char*> keys) const {
+    const char* key = first_present(keys);
+    if (key == nullptr) fail("missing " + describe(keys));
+    return positive_int_at(key);
+  }
+
+  int positive_int_or(std::initializer_list<const char*> keys, int fallback) const {
+    const char* key = first_present(keys);
+    return key == nullptr ? fallback : positive_int_at(key);
+  }
+
+  double positive_double_or(std::initializer_list<const char*> keys, double fallback) const {
+    const char* key = first_present(keys);
+    if (key == nullptr) return fallback;
+    const json& value = config_.at(key);
+    if (!value.is_number() || !(value.get<double>() > 0.0) || !std::isfinite(value.get<double>())) {
+      fail("'" + std::string(key) + "' must be a positive number, got " + value.dump());
+    }
+    return value.get<double>();
+  }
+
+  bool bool_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& value = config_.at(key);
+    if (!value.is_boolean()) {
+      fail("'" + std::string(key) + "' must be true or false, got " + value.dump());
+    }
+    return value.get<bool>();
+  }
+
+  // The first of `keys` present as a string; `fallback` when none is present.
+  std::string string_or(std::initializer_list<const char*> keys, const std::string& fallback,
+                        const char** found = nullptr) const {
+    const char* key = first_present(keys);
+    if (found != nullptr) *found = key;
+    if (key == nullptr) return fallback;
+    const json& value = config_.at(key);
+    if (!value.is_string()) {
+      fail("'" + std::string(key) + "' must be a string, got " + value.dump());
+    }
+    return value.get<std::string>();
+  }
+
+  const json& at(const char* key) const { return config_.at(key); }
+
+ private:
+  int positive_int_at(const char* key) const {
+    const json& value = config_.at(key);
+    const auto fail_bad = [&] {
+      fail("'" + std::string(key) + "' must be a positive integer, got " + value.dump());
+    };
+    constexpr long long kMax = std::numeric_limits<int>::max();
+    if (value.is_number_unsigned()) {
+      const unsigned long long number = value.get<unsigned long long>();
+      if (number == 0 || number > static_cast<unsigned long long>(kMax)) fail_bad();
+      return static_cast<int>(number);
+    }
+    if (value.is_number_integer()) {
+      const long long number = value.get<long long>();
+      if (number <= 0 || number > kMax) fail_bad();
+      return static_cast<int>(number);
+    }
+    if (value.is_number_float()) {  // 4096.0 is accepted, 4096.5 is not
+      const double number = value.get<double>();
+      if (number >= 1.0 && number <= static_cast<double>(kMax) && number == std::floor(number)) {
+        return static_cast<int>(number);
+      }
+    }
+    fail_bad();
+    return 0;  // not reached: fail_bad throws
+  }
+
+  // "'hidden_size' (also read as 'n_embd', 'd_model')".
+  static std::string describe(std::initializer_list<const char*> keys) {
+    std::string text;
+    std::string others;
+    for (const char* key : keys) {
+      const std::string quoted = "'" + std::string(key) + "'";
+      if (text.empty()) {
+        text = quoted;
+      } else {
+        others += (others.empty() ? "" : ", ") + quoted;
+      }
+    }
+    return others.empty() ? text : text + " (also read as " + others + ")";
+  }
+
+  const json& config_;
+  std::string source_;
+};
+
+Activation parse_activation(const ConfigReader& reader, const std::string& model_type) {
+  std::string fallback = "silu";  // LlamaConfig, Qwen2Config, MistralConfig, ...
+  if (model_type == "opt") fallback = "relu";
+  if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo") {
+    fallback = "gelu_new";
+  }
+  const char* key = nullptr;
+  const std::string name = reader.string_or({"hidden_act", "activation_function"}, fallback, &key);
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  if (name == "relu") return Activation::Relu;
+  if (name == "gelu" || name == "gelu_python") return Activation::Gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") {
+    return Activation::GeluTanh;
+  }
+  reader.fail("'" + std::string(key != nullptr ? key : "hidden_act") + "' '" + name +
+              "' is not a known activation (relu, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
+              "silu, swish)");
+}
+
+// Newer configs keep rope_theta inside "rope_parameters"; older ones at the top level.
+double parse_rope_theta(const ConfigReader& reader, const std::string& source) {
+  if (reader.has("rope_parameters") && reader.at("rope_parameters").is_object()) {
+    const ConfigReader inner(reader.at("rope_parameters"), source + ": rope_parameters");
+    if (inner.has("rope_theta")) return inner.positive_double_or({"rope_theta"}, 10000.0);
+  }
+  return reader.positive_double_or({"rope_theta"}, 10000.0);
+}
+
+ModelConfig parse_config(const json& config, const std::string& name, const std::string& source) {
+  const ConfigReader reader(config, source);
+  if (!config.is_object())
+    reader.fail("must be a JSON object, got " + std::string(config.type_name()));
+
+  ModelConfig m;
+  m.name = name;
+  m.model_type = reader.string_or({"model_type"}, "");
+  const bool learned = is_learned_position_family(m.model_type) ||
+                       (reader.has("n_positions") && !reader.has_any({"rotary_dim", "rope_theta"}));
+
+  m.hidden_size = reader.positive_int({"hidden_size", "n_embd", "d_model"});
+  m.num_layers = reader.positive_int({"num_hidden_layers", "n_layer"});
+  m.num_heads = reader.positive_int({"num_attention_heads", "n_head"});
+  m.num_kv_heads = reader.positive_int_or({"num_key_value_heads"}, m.num_heads);
+  m.vocab_size = reader.positive_int({"vocab_size"});
+  m.max_positions = reader.positive_int({"max_position_embeddings", "n_positions"});
+
+  // GPT-2 style: n_inner (or intermediate_size) null or absent means 4 x hidden.
+  if (reader.has_any({"intermediate_size", "ffn_dim", "n_inner"})) {
+    m.intermediate_size = reader.positive_int({"intermediate_size", "ffn_dim", "n_inner"});
+  } else if (reader.contains("n_inner") || reader.contains("intermediate_size") ||
+             m.model_type == "gpt2" || m.model_type == "gpt_bigcode" || m.model_type == "gpt_neo") {
+    if (m.hidden_size > std::numeric_limits<int>::max() / 4) {
+      reader.fail("4 x 'hidden_size' (the default intermediate size) is too large");
+    }
+    m.intermediate_size = 4 * m.hidden_size;
+  } else {
+    reader.fail("missing 'intermediate_size' (also read as 'ffn_dim', 'n_inner')");
+  }
+
+  if (reader.has("head_dim")) {
+    m.head_dim = reader.positive_int({"head_dim"});
+  } else {
+    if (m.hidden_size % m.num_heads != 0) {
+      reader.fail("hidden size " + std::to_string(m.hidden_size) + " is not divisible by " +
+                  std::to_string(m.num_heads) + " attention heads (give 'head_dim')");
+    }
+    m.head_dim = m.hidden_size / m.num_heads;
+  }
+  if (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0) {
+    reader.fail(std::to_string(m.num_heads) + " attention heads are not a multiple of " +
+                std::to_string(m.num_kv_heads) + " 'num_key_value_heads'");
+  }
+  if (static_cast<long long>(m.num_heads) * m.head_dim > std::numeric_limits<int>::max()) {
+    reader.fail("attention width (heads x head_dim) is too large");
+  }
+
+  m.activation = parse_activation(reader, m.model_type);
+  m.gated_mlp = m.activation == Activation::Silu;
+
+  const bool rms = reader.has("rms_norm_eps");
+  const bool layer_norm = reader.has_any({"layer_norm_epsilon", "layer_norm_eps"});
+  m.norm = learned || (layer_norm && !rms) ? Norm::LayerNorm : Norm::RMSNorm;
+  m.norm_eps =
+      reader.positive_double_or({"rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"}, 1e-5);
+  m.positions = learned ? Positions::Learned : Positions::Rope;
+  m.rope_theta = learned ? 0.0 : parse_rope_theta(reader, source);
+
+  // Biases: OPT and GPT-2 have them everywhere; Qwen2 only on q, k and v; Llama, Qwen3 and most
+  // others nowhere unless attention_bias / mlp_bias say so.
+  if (learned) {
+    const bool all = reader.bool_or("enable_bias", true);
+    m.qkv_bias = m.out_bias = m.mlp_bias = all;
+  } else if (m.model_type == "qwen2") {
+    m.qkv_bias = true;
+  }
+  if (reader.has("attention_bias")) {
+    m.qkv_bias = m.out_bias = reader.bool_or("attention_bias", false);
+  }
+  m.mlp_bias = reader.bool_or("mlp_bias", m.mlp_bias);
+
+  m.qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
+  m.tie_word_embeddings = reader.bool_or("tie_word_embeddings", learned);
+  return m;
+}
+
+json parse_json_text(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix: the rest says where and why.
+    std::string what = e.what();
+    const auto bracket = what.find("] ");
+    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
+      what = what.substr(bracket + 2);
+    }
+    throw InputError(source + ": invalid JSON: " + what);
+  }
+}
+
+std::string known_presets() {
+  std::string list;
+  for (const std::string& name : preset_names()) {
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  return list;
+}
+
+}  // namespace
+
+const char* to_string(Norm norm) {
+  return norm == Norm::LayerNorm ? "layernorm" : "rmsnorm";
+}
+
+const char* to_string(Positions positions) {
+  return positions == Positions::Learned ? "learned" : "rope";
+}
+
+const char* to_string(Activation activation) {
+  switch (activation) {
+    case Activation::Relu:
+      return "relu";
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::GeluTanh:
+      return "gelu_tanh";
+    case Activation::Silu:
+      return "silu";
+  }
+  return "unknown";
+}
+
+int ModelConfig::q_dim() const {
+  return num_heads * head_dim;
+}
+
+int ModelConfig::kv_dim() const {
+  return num_kv_heads * head_dim;
+}
+
+long long ModelConfig::params_per_layer() const {
+  const long long h = hidden_size, ff = intermediate_size, q = q_dim(), kv = kv_dim();
+  const long long norm_params = norm == Norm::LayerNorm ? 2 * h : h;  // LayerNorm adds a bias
+  long long attention = h * (q + 2 * kv) + q * h;
+  if (qkv_bias) attention += q + 2 * kv;
+  if (out_bias) attention += h;
+  if (qk_norm) attention += 2LL * head_dim;
+  long long mlp = (gated_mlp ? 3 : 2) * h * ff;
+  if (mlp_bias) mlp += (gated_mlp ? 2 : 1) * ff + h;
+  return attention + mlp + 2 * norm_params;
+}
+
+long long ModelConfig::params_total() const {
+  const long long h = hidden_size, vocab = vocab_size;
+  long long total = num_layers * params_per_layer();
+  total += vocab * h;                            // token embeddings
+  if (!tie_word_embeddings) total += vocab * h;  // lm head
+  total += norm == Norm::LayerNorm ? 2 * h : h;  // final norm
+  if (positions == Positions::Learned) {
+    // OPT's position table has 2 extra rows (HF OPTLearnedPositionalEmbedding offset).
+    const long long rows = max_positions + (model_type == "opt" ? 2 : 0);
+    total += rows * h;
+  }
+  return total;
+}
+
+nlohmann::ordered_json ModelConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["name"] = name;
+  j["model_type"] = model_type;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_layers"] = num_layers;
+  j["num_heads"] = num_heads;
+  j["num_kv_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_positions"] = max_positions;
+  j["norm"] = to_string(norm);
+  j["norm_eps"] = norm_eps;
+  j["positions"] = to_string(positions);
+  if (positions == Positions::Rope) j["rope_theta"] = rope_theta;
+  j["activation"] = to_string(activation);
+  j["gated_mlp"] = gated_mlp;
+  j["qkv_bias"] = qkv_bias;
+  j["out_bias"] = out_bias;
+  j["mlp_bias"] = mlp_bias;
+  j["qk_norm"] = qk_norm;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["params_total"] = params_total();
+  return j;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names(detail::kPresetNames, detail::kPresetNames + detail::kPresetCount);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ModelConfig load_preset(const std::string& name) {
+  for (std::size_t i = 0; i < detail::kPresetCount; ++i) {
+    if (name == detail::kPresetNames[i]) {
+      const std::string source = "model preset '" + name + "'";
+      return parse_config(parse_json_text(detail::kPresetJson[i], source), name, source);
+    }
+  }
+  throw InputError("unknown model '" + name + "' (known: " + known_presets() + ")");
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path file = path;
+  if (fs::is_directory(file, ec)) file /= "config.json";  // a downloaded model folder
+  const std::string source = "model config '" + file.string() + "'";
+  if (!fs::is_regular_file(file, ec)) {
+    throw InputError(source + ": " +
+                     (fs::exists(file, ec) ? "not a regular file" : "no such file"));
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw InputError(source + ": cannot be read");
+
+  const json config = parse_json_text(text.str(), source);
+  // Name: the HF repo id when the file records it, else the folder of a config.json, else the stem.
+  std::string name = file.stem().string();
+  if (file.filename() == "config.json" && file.has_parent_path()) {
+    name = fs::absolute(file, ec).parent_path().filename().string();
+  }
+  if (config.is_object()) {
+    const auto it = config.find("_name_or_path");
+    if (it != config.end() && it->is_string() && !it->get<std::string>().empty()) {
+      name = it->get<std::string>();
+    }
+  }
+  return parse_config(config, name, source);
+}
+
+ModelConfig parse_model_config(const nlohmann::json& config, const std::string& name) {
+  return parse_config(config, name, "model '" + name + "'");
+}
+
+std::vector<LayerGemm> layer_gemms(const ModelConfig& model, long long tokens) {
+  if (tokens <= 0) {
+    throw InputError("model '" + model.name + "': token count must be positive, got " +
+                     std::to_string(tokens));
+  }
+  const long long h = model.hidden_size, ff = model.intermediate_size;
+  std::vector<LayerGemm> gemms;
+  gemms.push_back({"qkv", tokens, model.q_dim() + 2LL * model.kv_dim(), h});
+  gemms.push_back({"attn_out", tokens, h, model.q_dim()});
+  if (model.gated_mlp) {
+    gemms.push_back({"mlp_gate_up", tokens, 2 * ff, h});
+  } else {
+    gemms.push_back({"mlp_up", tokens, ff, h});
+  }
+  gemms.push_back({"mlp_down", tokens, h, ff});
+  return gemms;
+}
+
+}  // namespace gpubench::model

@@ -1,0 +1,300 @@
+// One GEMM case on one GPU: operand sets, the heuristic's candidates each timed, the fastest
+// verified against the fp64 reference, then measured; and the same case on every GPU at once.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "gemm_check.cuh"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "matmul.hpp"
+
+namespace gpubench::matmul {
+
+namespace {
+
+const GpuInfo* gpu_info(const System& system, int gpu) {
+  for (const auto& g : system.gpus)
+    if (g.index == gpu) return &g;
+  return nullptr;
+}
+
+float float_from_bits(unsigned int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The rotating operand sets of one case in one allocation, each set filled with its own seed.
+struct OperandSets {
+  DeviceBuffer memory;
+  std::vector<void*> a, b, d;
+  int count() const { return static_cast<int>(a.size()); }
+};
+
+std::uint64_t aligned(std::uint64_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+OperandSets make_sets(int gpu, GemmDtype dtype, const GemmShape& shape, int sets,
+                      cudaStream_t stream) {
+  const GemmTypeInfo& info = gemm_type_info(dtype);
+  const GemmOperandBytes bytes = gemm_operand_bytes(dtype, shape);
+  const std::uint64_t per_set = aligned(bytes.a) + aligned(bytes.b) + aligned(bytes.d);
+  OperandSets s;
+  s.memory = DeviceBuffer(gpu, per_set * static_cast<std::uint64_t>(sets));
+  auto* base = s.memory.as<unsigned char>();
+  for (int i = 0; i < sets; ++i) {
+    unsigned char* p = base + per_set * static_cast<std::uint64_t>(i);
+    s.a.push_back(p);
+    s.b.push_back(p + aligned(bytes.a));
+    s.d.push_back(p + aligned(bytes.a) + aligned(bytes.b));
+    const auto seed = static_cast<std::uint64_t>(1000 + 2 * i);
+    fill_gemm_operand(s.a.back(), info.a, bytes.a / element_bytes(info.a), seed, stream);
+    fill_gemm_operand(s.b.back(), info.b, bytes.b / element_bytes(info.b), seed + 1, stream);
+  }
+  return s;
+}
+
+}  // namespace
+
+struct GpuBench::Impl {
+  Impl(Context& c, int g)
+      : ctx(c),
+        gpu(g),
+        guard(g),
+        handle(),
+        stream(g),
+        tally(g, sizeof(GemmCheckTally)),
+        measurer(&c.measurer(g)) {
+    const GpuInfo* info = gpu_info(c.system(), g);
+    cc_major = info ? info->cc_major : 0;
+    cc_minor = info ? info->cc_minor : 0;
+    l2_bytes = info ? info->l2_bytes : (50u << 20);
+    workspace = DeviceBuffer(g, gemm_workspace_bytes(cc_major));
+  }
+  Context& ctx;
+  int gpu;
+  DeviceGuard guard;  // the handle is made on this GPU
+  CublasLtHandle handle;
+  Stream stream;
+  DeviceBuffer tally;
+  Measurer* measurer;  // made here, on the main thread: Context's map is not thread-safe
+  DeviceBuffer workspace;
+  int cc_major = 0, cc_minor = 0;
+  std::uint64_t l2_bytes = 0;
+  double idle_before_s = 0;
+
+  CaseOutcome run(const CaseSpec& spec, int algos, const MeasureOptions& opts, Monitor* monitor);
+  void verify(const GemmPlan& plan, const GemmAlgo& algo, const OperandSets& sets,
+              CaseOutcome& out);
+};
+
+GpuBench::GpuBench(Context& ctx, int gpu) : impl_(new Impl(ctx, gpu)) {}
+GpuBench::~GpuBench() {
+  delete impl_;
+}
+
+void GpuBench::set_idle_before(double seconds) {
+  impl_->idle_before_s = seconds;
+}
+
+CaseOutcome GpuBench::run_case(const CaseSpec& spec, int algos, const MeasureOptions& opts,
+                               Monitor* monitor) {
+  CaseOutcome out;
+  out.gpu = impl_->gpu;
+  out.spec = spec;
+  try {
+    return impl_->run(spec, algos, opts, monitor);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    out.status = "failed";
+    out.note = e.what();
+    spdlog::error("matmul: GPU {} {} {}: {}", out.gpu, to_string(spec.dtype),
+                  spec.shape.to_string(), e.what());
+  }
+  return out;
+}
+
+CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOptions& opts,
+                                Monitor* monitor) {
+  DeviceGuard g(gpu);
+  CaseOutcome out;
+  out.gpu = gpu;
+  out.spec = spec;
+  if (auto why = gemm_dtype_unsupported(spec.dtype, cc_major, cc_minor)) {
+    out.status = "skipped";
+    out.note = *why;
+    return out;
+  }
+  const GemmShape& shape = spec.shape;
+  const std::uint64_t set_bytes = gemm_operand_bytes(spec.dtype, shape).total();
+  std::size_t free_bytes = 0, total_bytes = 0;
+  GPB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (set_bytes > free_bytes * 9 / 10)
+    throw InputError(fmt::format("matmul: {} {} needs {} of GPU memory; GPU {} has {} free",
+                                 to_string(spec.dtype), shape.to_string(), format_bytes(set_bytes),
+                                 gpu, format_bytes(free_bytes)));
+  const bool hot = opts.l2 == L2Policy::Hot;
+  out.sets = rotation_sets(set_bytes, l2_bytes, free_bytes / 2, hot);
+  const OperandSets sets = make_sets(gpu, spec.dtype, shape, out.sets, stream.get());
+
+  const GemmPlan plan(handle, spec.dtype, shape, workspace.bytes());
+  const std::vector<GemmAlgo> candidates = plan.candidates(algos);
+  int reps = 1;
+  const GemmAlgo* current = nullptr;
+  const Launch launch = [&](cudaStream_t s, int iteration) {
+    for (int r = 0; r < reps; ++r) {
+      const int i = (iteration * reps + r) % sets.count();
+      plan.run(*current, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
+    }
+  };
+
+  // Each candidate briefly, at the same repeats (sized on the first that runs); the fastest wins.
+  MeasureOptions quick_opts = opts;
+  quick_opts.fixed_iters = 0;
+  quick_opts.warmup = 1;
+  quick_opts.min_iters = 5;
+  // Long enough that a power-capped GPU's clock settles into each candidate's rate.
+  quick_opts.min_time_s = std::min(0.05, std::max(0.02, opts.min_time_s));
+  quick_opts.max_noise = 0.02;
+  quick_opts.max_time_s = 0.3;
+  double best_s = std::numeric_limits<double>::infinity();
+  std::size_t best = candidates.size();
+  bool calibrated = false;
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    current = &candidates[c];
+    try {
+      if (!calibrated) {
+        const Measurement calib = measurer->run(stream.get(), launch, quick_opts, nullptr);
+        reps = repeats_for(calib.median_s());
+        if (calib.median_s() > 5e-3) quick_opts.min_iters = 3;
+        calibrated = true;
+      }
+      const Measurement m = measurer->run(stream.get(), launch, quick_opts, nullptr);
+      const double per_gemm = m.median_s() / reps;
+      if (c == 0) out.first_pick_tflops = TFLOPs(gemm_flops(shape), per_gemm);
+      if (per_gemm < best_s) {
+        best_s = per_gemm;
+        best = c;
+      }
+      ++out.candidates_timed;
+    } catch (const GpuError& e) {
+      spdlog::debug("matmul: candidate {} of {} {} failed: {}", c, to_string(spec.dtype),
+                    shape.to_string(), e.what());
+      (void)cudaGetLastError();
+    }
+  }
+  if (best == candidates.size())
+    throw GpuError(fmt::format("no cuBLASLt candidate ran for {} {}", to_string(spec.dtype),
+                               shape.to_string()));
+  current = &candidates[best];
+  out.algo = candidates[best];
+  out.repeats = reps;
+
+  verify(plan, *current, sets, out);
+  if (out.status != "ok") return out;
+
+  if (idle_before_s > 0) {  // let the power limiter's budget refill before a burst
+    stream.synchronize();
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle_before_s));
+  }
+  const Measurement m = measurer->run(stream.get(), launch, opts, monitor);
+  if (monitor) ctx.merge_monitor(m.monitor);
+  const double flops = gemm_flops(shape) * reps;
+  out.median_s = m.median_s() / reps;
+  out.tflops = TFLOPs(flops, m.median_s());
+  out.mean_tflops = TFLOPs(flops, m.stats.mean);
+  out.max_tflops = TFLOPs(flops, m.stats.min);
+  // The gain over the heuristic's first pick, both timed briefly the same way.
+  const double best_brief_tflops = TFLOPs(gemm_flops(shape), best_s);
+  out.first_pick_gain_pct =
+      out.first_pick_tflops > 0 ? 100.0 * (best_brief_tflops / out.first_pick_tflops - 1.0) : 0.0;
+  out.measurement = m;
+  out.ok = true;
+  return out;
+}
+
+// Runs the chosen algorithm once on set 0 and recomputes entries of D in fp64.
+void GpuBench::Impl::verify(const GemmPlan& plan, const GemmAlgo& algo, const OperandSets& sets,
+                            CaseOutcome& out) {
+  const GemmShape& shape = plan.shape();
+  const GemmTypeInfo& info = gemm_type_info(plan.dtype());
+  plan.run(algo, sets.a[0], sets.b[0], sets.d[0], workspace.get(), stream.get());
+  GemmCheckTally zero{};
+  zero.first_wrong = -1;
+  GPB_CUDA_CHECK(
+      cudaMemcpyAsync(tally.get(), &zero, sizeof(zero), cudaMemcpyHostToDevice, stream.get()));
+  GemmCheckArgs args;
+  args.a_type = info.a;
+  args.b_type = info.b;
+  args.d_type = info.d;
+  args.shape = shape;
+  args.tolerance = gemm_tolerance(plan.dtype());
+  args.a = sets.a[0];
+  args.b = sets.b[0];
+  args.d = sets.d[0];
+  const auto entries = static_cast<std::uint64_t>(shape.m) * static_cast<std::uint64_t>(shape.n);
+  args.all = entries <= kGemmCheckAllLimit;
+  args.entries = args.all ? entries : kGemmCheckSamples;
+  args.seed = 7;
+  check_gemm(args, tally.as<GemmCheckTally>(), stream.get());
+  GemmCheckTally got{};
+  GPB_CUDA_CHECK(
+      cudaMemcpyAsync(&got, tally.get(), sizeof(got), cudaMemcpyDeviceToHost, stream.get()));
+  stream.synchronize();
+  out.checked = got.checked;
+  out.max_error_ratio = float_from_bits(got.max_error_ratio_bits);
+  out.max_rel_error = float_from_bits(got.max_rel_error_bits);
+  if (got.checked != args.entries) {
+    out.status = "failed";
+    out.note = fmt::format("verification checked {} of {} entries", got.checked, args.entries);
+  } else if (got.wrong > 0) {
+    const long long i = got.first_wrong % shape.m, j = got.first_wrong / shape.m;
+    out.status = "failed";
+    out.note = fmt::format(
+        "verification failed: {} of {} entries outside the tolerance (worst {:.3g}x it; first "
+        "at row {}, column {}) with {}",
+        got.wrong, got.checked, out.max_error_ratio, i, j, algo.describe());
+  }
+}
+
+std::vector<CaseOutcome> run_on_all(Context& ctx, std::vector<std::unique_ptr<GpuBench>>& benches,
+                                    const CaseSpec& spec, int algos, const MeasureOptions& opts) {
+  if (benches.size() == 1) return {benches[0]->run_case(spec, algos, opts, ctx.monitor())};
+  // Several GPUs at once: one thread each, the monitor around all of them.
+  std::vector<CaseOutcome> outs(benches.size());
+  std::vector<std::exception_ptr> errors(benches.size());
+  Monitor* monitor = ctx.monitor();
+  if (monitor) monitor->start();
+  {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < benches.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          outs[i] = benches[i]->run_case(spec, algos, opts, nullptr);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+  }
+  if (monitor) {
+    const MonitorSummary seen = monitor->stop();
+    ctx.merge_monitor(seen);
+    for (auto& o : outs) o.measurement.monitor = seen;
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return outs;
+}
+
+}  // namespace gpubench::matmul

@@ -1,0 +1,271 @@
+// `gpubench matmul` host logic and the GEMM wrapper's rules: data type names and support, shape,
+// layout and grid parsing, defaults per mode, alignment/layout errors, rotation sets, repeats,
+// the MAMF grid and its refinement, the tolerance table and text-valued headline keys.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "../../src/modules/matmul/matmul.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/core/result.hpp"
+
+using namespace gpubench;
+using namespace gpubench::matmul;
+
+namespace {
+
+std::string error_of(const Options& o, bool quick = false) {
+  try {
+    (void)resolve_settings(o, quick);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(GemmTypes, NamesRoundTripAndUnknownIsRejected) {
+  for (GemmDtype t : kAllGemmDtypes) EXPECT_EQ(parse_gemm_dtype(to_string(t)), t);
+  EXPECT_EQ(parse_gemm_dtype("fp8"), GemmDtype::Fp8E4M3);
+  try {
+    parse_gemm_dtype("fp4");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "fp4"));
+    EXPECT_TRUE(contains(e.what(), "bf16"));
+  }
+}
+
+TEST(GemmTypes, SupportByComputeCapability) {
+  EXPECT_FALSE(gemm_dtype_unsupported(GemmDtype::Fp8E4M3, 9, 0));
+  EXPECT_FALSE(gemm_dtype_unsupported(GemmDtype::Fp8E4M3, 8, 9));
+  const auto why = gemm_dtype_unsupported(GemmDtype::Fp8E5M2, 8, 0);
+  ASSERT_TRUE(why);
+  EXPECT_TRUE(contains(*why, "8.9"));
+  EXPECT_TRUE(contains(*why, "8.0"));
+  EXPECT_TRUE(gemm_dtype_unsupported(GemmDtype::Bf16, 7, 5));
+  EXPECT_FALSE(gemm_dtype_unsupported(GemmDtype::Fp64, 6, 0));
+  EXPECT_FALSE(gemm_dtype_unsupported(GemmDtype::Tf32, 8, 0));
+}
+
+TEST(GemmTypes, AccumulateAndOutputTypesAreDocumented) {
+  EXPECT_STREQ(gemm_type_info(GemmDtype::Bf16).accumulate, "fp32");
+  EXPECT_STREQ(gemm_type_info(GemmDtype::Fp8E4M3).output, "bf16");
+  EXPECT_STREQ(gemm_type_info(GemmDtype::Int8).accumulate, "int32");
+  EXPECT_STREQ(gemm_type_info(GemmDtype::Fp64).accumulate, "fp64");
+  EXPECT_EQ(gemm_type_info(GemmDtype::Fp8E5M2).b, GemmElement::E4M3);  // no e5m2 x e5m2
+}
+
+TEST(GemmShapes, BytesFlopsAndLayoutRules) {
+  const GemmShape s{8192, 4096, 1024};
+  EXPECT_EQ(s.layout(), "TN");
+  EXPECT_EQ(s.to_string(), "8192x4096x1024");
+  EXPECT_DOUBLE_EQ(gemm_flops(s), 2.0 * 8192 * 4096 * 1024);
+  const auto b = gemm_operand_bytes(GemmDtype::Bf16, s);
+  EXPECT_EQ(b.a, 8192ull * 1024 * 2);
+  EXPECT_EQ(b.b, 1024ull * 4096 * 2);
+  EXPECT_EQ(b.d, 8192ull * 4096 * 2);
+  const auto f8 = gemm_operand_bytes(GemmDtype::Fp8E4M3, s);
+  EXPECT_EQ(f8.a, 8192ull * 1024);
+  EXPECT_EQ(f8.d, 8192ull * 4096 * 2);  // bf16 out
+  EXPECT_EQ(gemm_operand_bytes(GemmDtype::Int8, s).d, 8192ull * 4096 * 4);
+
+  EXPECT_FALSE(gemm_shape_problem(GemmDtype::Bf16, {100, 3, 7, false, true}));
+  EXPECT_TRUE(gemm_shape_problem(GemmDtype::Bf16, {0, 3, 7}));
+  const auto align = gemm_shape_problem(GemmDtype::Fp8E4M3, {4096, 4096, 4100});
+  ASSERT_TRUE(align);
+  EXPECT_TRUE(contains(*align, "multiples of 16"));
+  const auto layout = gemm_shape_problem(GemmDtype::Int8, {64, 64, 64, false, false});
+  ASSERT_TRUE(layout);
+  EXPECT_TRUE(contains(*layout, "TN"));
+  EXPECT_TRUE(gemm_shape_problem(GemmDtype::Int8, {64, 64, 66}));
+  EXPECT_FALSE(gemm_shape_problem(GemmDtype::Int8, {64, 64, 68}));
+}
+
+TEST(GemmShapes, ToleranceTableIsOrdered) {
+  // Lower precision, looser tolerance; int8 exact.
+  EXPECT_LT(gemm_tolerance(GemmDtype::Fp64).eps_out, gemm_tolerance(GemmDtype::Fp32).eps_out);
+  EXPECT_LT(gemm_tolerance(GemmDtype::Fp16).eps_out, gemm_tolerance(GemmDtype::Bf16).eps_out);
+  EXPECT_GT(gemm_tolerance(GemmDtype::Tf32).eps_acc, gemm_tolerance(GemmDtype::Fp32).eps_acc);
+  EXPECT_EQ(gemm_tolerance(GemmDtype::Int8).eps_out, 0.0);
+  EXPECT_EQ(gemm_tolerance(GemmDtype::Int8).eps_acc, 0.0);
+  EXPECT_EQ(gemm_workspace_bytes(9), 32u << 20);
+  EXPECT_EQ(gemm_workspace_bytes(8), 4u << 20);
+}
+
+TEST(MatmulSettings, ParsesShapesLayoutsAndGrids) {
+  const GemmShape s = parse_shape("4096x1024x512");
+  EXPECT_EQ(s.m, 4096);
+  EXPECT_EQ(s.n, 1024);
+  EXPECT_EQ(s.k, 512);
+  const GemmShape cube = parse_shape(" 2048 ");
+  EXPECT_EQ(cube.m, 2048);
+  EXPECT_EQ(cube.k, 2048);
+  EXPECT_EQ(parse_shapes("1x2x3, 4X5X6").size(), 2u);
+  for (const char* bad : {"", "0x1x1", "1x2", "1x2x3x4", "axbxc", "-4x4x4", "4x4x", "1.5x2x2",
+                          "4096x4096x99999999999"})
+    EXPECT_THROW(parse_shape(bad), InputError) << bad;
+  EXPECT_EQ(parse_layout("NT"), std::make_pair(false, true));
+  EXPECT_EQ(parse_layout("tn"), std::make_pair(true, false));
+  EXPECT_THROW(parse_layout("tx"), InputError);
+  EXPECT_EQ(parse_dims("1024:4096:1024", "--sizes"),
+            (std::vector<std::int64_t>{1024, 2048, 3072, 4096}));
+  EXPECT_EQ(parse_dims("4096,1024,4096", "--sizes"), (std::vector<std::int64_t>{1024, 4096}));
+  EXPECT_THROW(parse_dims("4096:1024:1024", "--sizes"), InputError);
+  EXPECT_THROW(parse_dims("1:100000:1", "--sizes"), InputError);
+  EXPECT_THROW(parse_dims("1:2", "--sizes"), InputError);
+  try {
+    parse_dims("64,zero", "--sizes");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--sizes", 0), 0u) << e.what();
+  }
+}
+
+TEST(MatmulSettings, DefaultsPerMode) {
+  const Settings full = resolve_settings(Options{}, false);
+  EXPECT_EQ(full.dtypes.size(), 8u);
+  EXPECT_EQ(full.dtypes.front(), GemmDtype::Bf16);
+  EXPECT_EQ(full.sizes, (std::vector<std::int64_t>{1024, 2048, 4096, 8192, 16384}));
+  EXPECT_EQ(full.cases().size(), 40u);
+  const Settings quick = resolve_settings(Options{}, true);
+  EXPECT_EQ(quick.sizes, (std::vector<std::int64_t>{4096, 8192}));
+  EXPECT_EQ(quick.dtypes.size(), 3u);
+  EXPECT_LE(quick.algos, 4);
+  Options mamf;
+  mamf.mamf = true;
+  const Settings m = resolve_settings(mamf, false);
+  EXPECT_TRUE(m.cases().empty());  // the search only
+  EXPECT_EQ(m.dtypes, std::vector<GemmDtype>{GemmDtype::Bf16});
+  EXPECT_EQ(m.mamf_sizes.size(), 6u);
+  // A non-TN default layout leaves out the TN-only types instead of failing.
+  Options nn;
+  nn.layout = "nn";
+  for (GemmDtype t : resolve_settings(nn, false).dtypes)
+    EXPECT_FALSE(gemm_type_info(t).tn_only) << to_string(t);
+  EXPECT_EQ(resolve_settings(Options{}, false).to_json()["layout"], "TN");
+}
+
+TEST(MatmulSettings, BadInputNamesTheOption) {
+  Options o;
+  o.dtypes = "bf16,fp4";
+  EXPECT_TRUE(contains(error_of(o), "--dtypes"));
+  o = Options{};
+  o.shapes = "4096x4096";
+  EXPECT_TRUE(contains(error_of(o), "--shapes"));
+  o = Options{};
+  o.sizes = "0";
+  EXPECT_TRUE(contains(error_of(o), "--sizes"));
+  o = Options{};
+  o.dtypes = "fp8_e4m3";
+  o.shapes = "4096x4096x4100";
+  EXPECT_TRUE(contains(error_of(o), "multiples of 16"));
+  o = Options{};
+  o.dtypes = "int8";
+  o.layout = "nn";
+  EXPECT_TRUE(contains(error_of(o), "TN"));
+  o = Options{};
+  o.algos = 0;
+  EXPECT_TRUE(contains(error_of(o), "--algos"));
+  o = Options{};
+  o.sustained = -1;
+  EXPECT_TRUE(contains(error_of(o), "--sustained"));
+  o = Options{};
+  o.model = "llama-2-7b";
+  o.tokens = 0;
+  EXPECT_TRUE(contains(error_of(o), "--tokens"));
+  o = Options{};
+  o.model = "no-such-model";
+  EXPECT_TRUE(contains(error_of(o), "no-such-model"));
+  o = Options{};
+  o.model = "llama-2-7b";
+  o.model_config = "x.json";
+  EXPECT_TRUE(contains(error_of(o), "--model"));
+  o = Options{};
+  o.mamf = true;
+  o.mamf_sizes = "1:17:1";
+  EXPECT_TRUE(contains(error_of(o), "--mamf-sizes"));
+}
+
+TEST(MatmulSettings, ModelLayerGemms) {
+  Options o;
+  o.model = "llama-2-7b";
+  o.tokens = 2048;
+  o.dtypes = "bf16";
+  const Settings s = resolve_settings(o, false);
+  EXPECT_TRUE(s.sizes.empty());
+  const auto cases = s.cases();
+  ASSERT_EQ(cases.size(), 4u);  // qkv, attn_out, mlp_gate_up, mlp_down
+  EXPECT_EQ(cases[0].label, "qkv");
+  EXPECT_EQ(cases[0].shape.m, 2048);
+  EXPECT_EQ(cases[0].shape.n, 3 * 4096);
+  EXPECT_EQ(cases[0].shape.k, 4096);
+  EXPECT_EQ(cases[3].shape.k, 11008);
+  EXPECT_EQ(s.to_json()["model"], "llama-2-7b");
+}
+
+TEST(MatmulFormulas, RotationSetsAndRepeats) {
+  const std::uint64_t l2 = 50ull << 20;
+  EXPECT_EQ(rotation_sets(6ull << 20, l2, 1ull << 40, false), 26);  // 150 MiB / 6 MiB + 1
+  EXPECT_EQ(rotation_sets(6ull << 20, l2, 1ull << 40, true), 1);
+  EXPECT_EQ(rotation_sets(400ull << 20, l2, 1ull << 40, false), 1);
+  EXPECT_EQ(rotation_sets(6ull << 20, l2, 30ull << 20, false), 5);  // the budget caps it
+  EXPECT_EQ(rotation_sets(6ull << 20, l2, 1ull << 20, false), 1);
+  EXPECT_GT(rotation_sets(6ull << 20, l2, 1ull << 40, false) * (6ull << 20), 3 * l2);
+  EXPECT_EQ(repeats_for(1e-3), 1);
+  EXPECT_EQ(repeats_for(5e-6), 5);
+  EXPECT_EQ(repeats_for(1e-7), kMaxRepeats);
+  EXPECT_EQ(repeats_for(0), 1);
+}
+
+TEST(MatmulFormulas, BurstIsAFixedShortWindow) {
+  MeasureOptions m;
+  m.min_time_s = 0.1;
+  const MeasureOptions b = burst_options(m);
+  EXPECT_EQ(b.fixed_iters, kBurstIters);
+  EXPECT_EQ(b.warmup, kBurstWarmup);
+  EXPECT_EQ(b.l2, m.l2);
+  Options o;
+  o.burst = true;
+  EXPECT_TRUE(resolve_settings(o, false).to_json()["burst"].get<bool>());
+}
+
+TEST(MatmulFormulas, MamfGridAndNeighbours) {
+  const auto grid = mamf_grid({2048, 4096, 8192}, true, false);
+  EXPECT_EQ(grid.size(), 27u);
+  std::set<std::string> names;
+  for (const auto& s : grid) names.insert(s.to_string());
+  EXPECT_EQ(names.size(), 27u);
+  const auto nb = mamf_neighbours({4096, 4096, 4096, true, false}, 512, grid, 64);
+  EXPECT_EQ(nb.size(), 26u);  // 27 around it, minus the centre already done
+  for (const auto& s : nb) {
+    EXPECT_TRUE(s.m == 3584 || s.m == 4096 || s.m == 4608);
+    EXPECT_TRUE(s.trans_a);
+  }
+  // Aligned only; never a non-positive dimension.
+  const auto small = mamf_neighbours({64, 64, 64}, 64, {}, 64);
+  for (const auto& s : small) EXPECT_GT(s.m, 0);
+  EXPECT_EQ(small.size(), 8u);
+  EXPECT_TRUE(mamf_neighbours({4096, 4096, 4096}, 100, {}, 64).size() == 1u);  // only the centre
+}
+
+TEST(ReportText, TextHeadlineRoundTrips) {
+  Report r;
+  r.module = "matmul";
+  r.set_headline("bf16_best_tflops", 812.5, "TFLOP/s");
+  r.set_headline_text("bf16_best_shape", "8192x8192x8192", "MxNxK");
+  const ojson j = to_json(r);
+  EXPECT_EQ(j["headline"]["bf16_best_shape"]["value"], "8192x8192x8192");
+  EXPECT_TRUE(j["headline"]["bf16_best_tflops"]["value"].is_number());
+  const Report back = report_from_json(j);
+  ASSERT_NE(back.find_headline("bf16_best_shape"), nullptr);
+  EXPECT_EQ(back.find_headline("bf16_best_shape")->text, "8192x8192x8192");
+  EXPECT_TRUE(back.find_headline("bf16_best_tflops")->text.empty());
+}
