@@ -210,8 +210,8 @@ TEST(MatmulModule, SmallSweepAndShapes) {
   ModulePtr m = make_matmul_module();
   CLI::App app("matmul");
   m->add_options(app);
-  std::vector<std::string> args = {"--dtypes", "bf16,fp32",    "--sizes", "512,1024",
-                                   "--shapes", "256x512x1024", "--algos", "3"};
+  std::vector<std::string> args = {"--dtypes",     "bf16,fp32", "--sizes", "512,1024", "--shapes",
+                                   "256x512x1024", "--algos",   "3",       "--layout", "best"};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   app.parse(reversed);
   m->validate();
@@ -227,6 +227,8 @@ TEST(MatmulModule, SmallSweepAndShapes) {
     ASSERT_NE(tf, nullptr);
     EXPECT_GT(tf->value, 0.1);
     EXPECT_GT(c.params.value("checked_entries", 0ull), 0ull);
+    // --layout best: up to 3 TN candidates + 3 for each other layout were timed.
+    EXPECT_GT(c.params.value("candidates_timed", 0), 3) << c.name;
   }
   const Metric* best = r.find_headline("bf16_best_tflops");
   ASSERT_NE(best, nullptr);

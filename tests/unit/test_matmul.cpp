@@ -150,7 +150,20 @@ TEST(MatmulSettings, DefaultsPerMode) {
   nn.layout = "nn";
   for (GemmDtype t : resolve_settings(nn, false).dtypes)
     EXPECT_FALSE(gemm_type_info(t).tn_only) << to_string(t);
-  EXPECT_EQ(resolve_settings(Options{}, false).to_json()["layout"], "TN");
+  // best: every layout per case, except the TN-only types and quick mode.
+  const Settings best = resolve_settings(Options{}, false);
+  EXPECT_TRUE(best.any_layout);
+  EXPECT_EQ(best.to_json()["layout"], "best");
+  for (const auto& c : best.cases())
+    EXPECT_EQ(c.any_layout, !gemm_type_info(c.dtype).tn_only) << to_string(c.dtype);
+  EXPECT_FALSE(resolve_settings(Options{}, true).any_layout);
+  Options explicit_best;
+  explicit_best.layout = "best";
+  EXPECT_TRUE(resolve_settings(explicit_best, true).any_layout);
+  Options tn;
+  tn.layout = "TN";
+  EXPECT_FALSE(resolve_settings(tn, false).any_layout);
+  EXPECT_EQ(resolve_settings(tn, false).to_json()["layout"], "TN");
 }
 
 TEST(MatmulSettings, BadInputNamesTheOption) {

@@ -147,14 +147,41 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
   out.sets = rotation_sets(set_bytes, l2_bytes, free_bytes / 2, hot);
   const OperandSets sets = make_sets(gpu, spec.dtype, shape, out.sets, stream.get());
 
-  const GemmPlan plan(handle, spec.dtype, shape, workspace.bytes());
-  const std::vector<GemmAlgo> candidates = plan.candidates(algos);
+  // The plans to try: the requested layout, and with any_layout the other three (the operand
+  // sets hold the same bytes whichever way A and B are read). The heuristic's first
+  // `algos` candidates of the requested layout, and its first few of each other layout.
+  std::vector<GemmPlan> plans;
+  plans.reserve(4);
+  plans.emplace_back(handle, spec.dtype, shape, workspace.bytes());
+  if (spec.any_layout)
+    for (bool ta : {true, false})
+      for (bool tb : {false, true}) {
+        if (ta == shape.trans_a && tb == shape.trans_b) continue;
+        GemmShape other = shape;
+        other.trans_a = ta;
+        other.trans_b = tb;
+        plans.emplace_back(handle, spec.dtype, other, workspace.bytes());
+      }
+  struct Candidate {
+    const GemmPlan* plan;
+    GemmAlgo algo;
+  };
+  std::vector<Candidate> candidates;
+  for (std::size_t p = 0; p < plans.size(); ++p) {
+    try {
+      for (const auto& a : plans[p].candidates(p == 0 ? algos : std::min(algos, kOtherLayoutAlgos)))
+        candidates.push_back({&plans[p], a});
+    } catch (const GpuError& e) {
+      if (p == 0) throw;
+      spdlog::debug("matmul: no {} candidates: {}", plans[p].shape().layout(), e.what());
+    }
+  }
   int reps = 1;
-  const GemmAlgo* current = nullptr;
+  const Candidate* current = nullptr;
   const Launch launch = [&](cudaStream_t s, int iteration) {
     for (int r = 0; r < reps; ++r) {
       const int i = (iteration * reps + r) % sets.count();
-      plan.run(*current, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
+      current->plan->run(current->algo, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
     }
   };
 
@@ -197,10 +224,16 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
     throw GpuError(fmt::format("no cuBLASLt candidate ran for {} {}", to_string(spec.dtype),
                                shape.to_string()));
   current = &candidates[best];
-  out.algo = candidates[best];
+  const GemmPlan& plan = *current->plan;
+  out.spec.shape = plan.shape();  // the layout that won
+  out.algo = current->algo;
   out.repeats = reps;
+  // The gain over the heuristic's first pick (requested layout), both timed briefly alike.
+  const double best_brief_tflops = TFLOPs(gemm_flops(shape), best_s);
+  out.first_pick_gain_pct =
+      out.first_pick_tflops > 0 ? 100.0 * (best_brief_tflops / out.first_pick_tflops - 1.0) : 0.0;
 
-  verify(plan, *current, sets, out);
+  verify(plan, current->algo, sets, out);
   if (out.status != "ok") return out;
 
   if (idle_before_s > 0) {  // let the power limiter's budget refill before a burst
@@ -214,10 +247,6 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
   out.tflops = TFLOPs(flops, m.median_s());
   out.mean_tflops = TFLOPs(flops, m.stats.mean);
   out.max_tflops = TFLOPs(flops, m.stats.min);
-  // The gain over the heuristic's first pick, both timed briefly the same way.
-  const double best_brief_tflops = TFLOPs(gemm_flops(shape), best_s);
-  out.first_pick_gain_pct =
-      out.first_pick_tflops > 0 ? 100.0 * (best_brief_tflops / out.first_pick_tflops - 1.0) : 0.0;
   out.measurement = m;
   out.ok = true;
   return out;

@@ -23,12 +23,12 @@ namespace matmul {
 // As given on the command line or in the config (long option names = INI keys). Empty values
 // mean "the default for this mode".
 struct Options {
-  std::string dtypes;         // default: all; --mamf: bf16; quick: bf16,fp8_e4m3,tf32
-  std::string sizes;          // square sweep; default 1024,2048,4096,8192,16384
-  std::string shapes;         // explicit MxNxK list (replaces the square sweep)
-  std::string layout = "tn";  // tn, nn, nt, tt (fp8 and int8 need tn)
-  std::string model;          // preset name: the GEMMs of one layer
-  std::string model_config;   // or a HuggingFace config.json
+  std::string dtypes;  // default: all; --mamf: bf16; quick: bf16,fp8_e4m3,tf32
+  std::string sizes;   // square sweep; default 1024,2048,4096,8192,16384
+  std::string shapes;  // explicit MxNxK list (replaces the square sweep)
+  std::string layout;  // best, tn, nn, nt, tt (fp8 and int8: tn only); "": best, tn with --quick
+  std::string model;   // preset name: the GEMMs of one layer
+  std::string model_config;  // or a HuggingFace config.json
   std::int64_t tokens = 4096;
   int algos = 8;  // heuristic candidates timed per case
   bool mamf = false;
@@ -46,16 +46,19 @@ struct CaseSpec {
   GemmDtype dtype = GemmDtype::Bf16;
   GemmShape shape;
   std::string label;  // model GEMM name ("qkv", ...) or ""
+  // Also time the other layouts (NN, NT, TT) of the same bytes and keep the fastest.
+  bool any_layout = false;
 };
 
 // What a run does, after defaults and validation.
 struct Settings {
   std::vector<GemmDtype> dtypes;
-  std::vector<std::int64_t> sizes;  // square sweep (empty when shapes or a model are given)
-  std::vector<GemmShape> shapes;    // explicit shapes
-  bool trans_a = true, trans_b = false;
-  std::string model;                  // the model's name when its layer GEMMs are run
-  std::vector<CaseSpec> model_gemms;  // per dtype
+  std::vector<std::int64_t> sizes;       // square sweep (empty when shapes or a model are given)
+  std::vector<GemmShape> shapes;         // explicit shapes
+  bool trans_a = true, trans_b = false;  // the layout (TN when any_layout)
+  bool any_layout = false;               // --layout best: every allowed layout per case
+  std::string model;                     // the model's name when its layer GEMMs are run
+  std::vector<CaseSpec> model_gemms;     // per dtype
   std::int64_t tokens = 0;
   int algos = 8;
   bool mamf = false;
@@ -75,6 +78,7 @@ Settings resolve_settings(const Options& o, bool quick);
 GemmShape parse_shape(const std::string& text);
 std::vector<GemmShape> parse_shapes(const std::string& list);
 // "tn" / "nn" / "nt" / "tt" (case-insensitive) -> (trans_a, trans_b). Throws InputError.
+// ("best" is handled by resolve_settings.)
 std::pair<bool, bool> parse_layout(const std::string& text);
 // "2048,4096" or "1024:16384:1024" (start:stop:step, inclusive). Throws InputError.
 std::vector<std::int64_t> parse_dims(const std::string& text, const std::string& option);
@@ -89,6 +93,9 @@ inline constexpr double kBurstIdleSeconds = 1.0;
 inline constexpr int kBurstWarmup = 10;
 inline constexpr int kBurstIters = 50;
 MeasureOptions burst_options(MeasureOptions m);
+
+// With --layout best, the heuristic's first candidates timed for each layout besides TN.
+inline constexpr int kOtherLayoutAlgos = 3;
 
 // GEMMs per timed iteration so one iteration lasts about `target_s` (at least 1, at most 8:
 // the measurement core queues 64 iterations behind its spin gate).

@@ -71,8 +71,8 @@ class MatmulModule final : public Module {
                    "1024,2048,4096,8192,16384; 4096,8192 with --quick)");
     app.add_option("--shapes", opts_.shapes, "Explicit shapes MxNxK,... (replaces the sweep)");
     app.add_option("--layout", opts_.layout,
-                   "Transposes of A and B: tn, nn, nt, tt (fp8 and int8 need tn)")
-        ->capture_default_str();
+                   "Transposes of A and B: best (time tn, nn, nt, tt and keep the fastest), tn, "
+                   "nn, nt or tt (fp8 and int8: tn only). Default: best; tn with --quick");
     app.add_option("--model", opts_.model,
                    "Model preset: the GEMMs of one layer for --tokens tokens");
     app.add_option("--model-config", opts_.model_config,
@@ -133,8 +133,8 @@ class MatmulModule final : public Module {
     std::map<GemmDtype, Series> curves;
     for (const CaseSpec& spec : settings.cases()) {
       if (Context::interrupted()) break;
-      spdlog::info("matmul: {} {} {}{}", to_string(spec.dtype), spec.label, spec.shape.to_string(),
-                   spec.shape.layout() == "TN" ? "" : " " + spec.shape.layout());
+      spdlog::info("matmul: {} {} {} {}", to_string(spec.dtype), spec.label, spec.shape.to_string(),
+                   spec.any_layout ? "any layout" : spec.shape.layout());
       const auto outs = run_on_all(ctx, benches, spec, settings.algos, opts);
       record(report, outs, settings, several);
       if (const CaseOutcome* w = slowest(outs)) {
@@ -286,7 +286,8 @@ class MatmulModule final : public Module {
       }
       // The best shape again, in full.
       for (auto& b : benches) b->set_idle_before(idle);
-      CaseSpec spec{CaseKind::Mamf, t, top.spec.shape, "best"};
+      CaseSpec spec{CaseKind::Mamf, t, top.spec.shape, "best",
+                    s.any_layout && !gemm_type_info(t).tn_only};
       const auto outs = run_on_all(ctx, benches, spec, s.algos, final_options(ctx, s));
       for (const auto& o : outs) {
         CaseResult r = to_case_result(o, peak(t), benches.size() > 1);

@@ -84,7 +84,7 @@ std::pair<bool, bool> parse_layout(const std::string& text) {
   if (t == "nn") return {false, false};
   if (t == "nt") return {false, true};
   if (t == "tt") return {true, true};
-  throw InputError(fmt::format("--layout: '{}' is not one of tn, nn, nt, tt", text));
+  throw InputError(fmt::format("--layout: '{}' is not one of best, tn, nn, nt, tt", text));
 }
 
 std::vector<std::int64_t> parse_dims(const std::string& text, const std::string& option) {
@@ -116,7 +116,16 @@ std::vector<std::int64_t> parse_dims(const std::string& text, const std::string&
 
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
-  std::tie(s.trans_a, s.trans_b) = parse_layout(o.layout);
+  std::string layout = trim(o.layout);
+  std::transform(layout.begin(), layout.end(), layout.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (layout.empty()) {
+    s.any_layout = !quick;  // quick mode times TN only
+  } else if (layout == "best") {
+    s.any_layout = true;
+  } else {
+    std::tie(s.trans_a, s.trans_b) = parse_layout(o.layout);
+  }
   const bool tn = s.trans_a && !s.trans_b;
   if (trim(o.dtypes).empty()) {
     s.dtypes = default_dtypes(o, quick, tn);
@@ -222,6 +231,7 @@ std::vector<CaseSpec> Settings::cases() const {
       c.kind = CaseKind::Square;
       c.dtype = t;
       c.shape = {n, n, n, trans_a, trans_b};
+      c.any_layout = any_layout && !gemm_type_info(t).tn_only;
       out.push_back(c);
     }
     for (const auto& sh : shapes) {
@@ -229,10 +239,12 @@ std::vector<CaseSpec> Settings::cases() const {
       c.kind = CaseKind::Shape;
       c.dtype = t;
       c.shape = sh;
+      c.any_layout = any_layout && !gemm_type_info(t).tn_only;
       out.push_back(c);
     }
     for (CaseSpec c : model_gemms) {
       c.dtype = t;
+      c.any_layout = any_layout && !gemm_type_info(t).tn_only;
       out.push_back(c);
     }
   }
@@ -247,7 +259,7 @@ nlohmann::ordered_json Settings::to_json() const {
   j["dtypes"] = names;
   j["sizes"] = sizes;
   j["shapes"] = shape_names;
-  j["layout"] = GemmShape{1, 1, 1, trans_a, trans_b}.layout();
+  j["layout"] = any_layout ? "best" : GemmShape{1, 1, 1, trans_a, trans_b}.layout();
   if (!model.empty()) {
     j["model"] = model;
     j["tokens"] = tokens;
