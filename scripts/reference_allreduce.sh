@@ -10,15 +10,7 @@ bin=$PWD/$build/gpubench
 export GPUBENCH_BINARY=$bin
 work=$(mktemp -d)/$machine
 mkdir -p "$work"
-timed() {  # name, limit, command...
-  local name=$1 limit=$2; shift 2
-  local t0 t1 rc
-  t0=$(date +%s.%N)
-  timeout "$limit" "$@" >"$work/$name.log" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  printf '%-24s rc=%-3s %8.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" | tee -a "$work/steps.log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
 ngpu=$(nvidia-smi -L | wc -l)
 timed gpu_test_collectives 300 "$build/tests/gpu_test_collectives"
 timed allreduce_all 300 "$bin" allreduce --collective all -b 8 -e 8G -f 2 --output-dir "$work/allreduce_all"

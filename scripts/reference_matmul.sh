@@ -12,15 +12,7 @@ export GPUBENCH_BINARY=$bin
 steps=${GPUBENCH_MATMUL_STEPS:-tests full repeat quick model burst mamf sustained peer}
 work=$(mktemp -d)/$machine
 mkdir -p "$work"
-timed() {  # name, limit, command...
-  local name=$1 limit=$2; shift 2
-  local t0 t1 rc
-  t0=$(date +%s.%N)
-  timeout "$limit" "$@" >"$work/$name.log" 2>&1
-  rc=$?
-  t1=$(date +%s.%N)
-  printf '%-24s rc=%-3s %8.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" | tee -a "$work/steps.log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
 has() { [[ " $steps " == *" $1 "* ]]; }
 nvidia-smi >"$work/nvidia-smi.txt" 2>&1
 has tests && timed gpu_test_gemm 300 "$build/tests/gpu_test_gemm"
