@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/modules/matmul/matmul.hpp"
 #include "gemm_check.cuh"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
@@ -261,4 +262,5 @@ TEST(MatmulModule, MamfAndSustained) {
   EXPECT_GT(sus->value, 1.0);
   ASSERT_TRUE(r.extra.contains("mamf"));
   EXPECT_EQ(r.extra["mamf"]["bf16"]["shapes_tried"].get<int>(), 8);
+  EXPECT_EQ(r.extra["mamf"]["bf16"]["finalists"].get<int>(), matmul::kMamfFinalists);
 }

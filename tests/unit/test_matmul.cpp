@@ -269,6 +269,16 @@ TEST(MatmulFormulas, MamfGridAndNeighbours) {
   EXPECT_TRUE(mamf_neighbours({4096, 4096, 4096}, 100, {}, 64).size() == 1u);  // only the centre
 }
 
+TEST(MatmulFormulas, MamfFinalistsAreTheBestDistinctShapes) {
+  const GemmShape a{2048, 2048, 8192}, b{4096, 4096, 4096}, c{8192, 8192, 8192};
+  const auto f = mamf_finalists({{700, a}, {720, b}, {690, c}, {715, a}}, 2);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].to_string(), b.to_string());
+  EXPECT_EQ(f[1].to_string(), a.to_string());  // 715 and 700: one entry
+  EXPECT_EQ(mamf_finalists({{1, a}}, 5).size(), 1u);
+  EXPECT_TRUE(mamf_finalists({}, 5).empty());
+}
+
 TEST(ReportText, TextHeadlineRoundTrips) {
   Report r;
   r.module = "matmul";

@@ -109,6 +109,10 @@ std::vector<GemmShape> mamf_grid(const std::vector<std::int64_t>& sizes, bool tr
 std::vector<GemmShape> mamf_neighbours(const GemmShape& best, std::int64_t step,
                                        const std::vector<GemmShape>& done, int alignment);
 
+// The MAMF search's best `k` distinct shapes by rate (highest first), measured again in full.
+inline constexpr int kMamfFinalists = 5;
+std::vector<GemmShape> mamf_finalists(std::vector<std::pair<double, GemmShape>> scored, int k);
+
 // One measured case on one GPU.
 struct CaseOutcome {
   int gpu = -1;

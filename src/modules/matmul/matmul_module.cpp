@@ -245,6 +245,7 @@ class MatmulModule final : public Module {
     for (GemmDtype t : s.dtypes) {
       std::vector<GemmShape> tried;
       std::vector<double> rates;
+      std::vector<std::pair<double, GemmShape>> scored;
       CaseOutcome top;
       auto try_shapes = [&](const std::vector<GemmShape>& shapes) {
         for (const auto& sh : shapes) {
@@ -261,6 +262,7 @@ class MatmulModule final : public Module {
             continue;
           }
           rates.push_back(w->tflops);
+          scored.emplace_back(w->tflops, sh);
           spdlog::info("matmul: mamf {} {}: {:.1f} TFLOP/s", to_string(t), sh.to_string(),
                        w->tflops);
           if (w->tflops > top.tflops) top = *w;
@@ -284,17 +286,29 @@ class MatmulModule final : public Module {
         report.warn(fmt::format("MAMF search for {} found no shape that ran", to_string(t)));
         continue;
       }
-      // The best shape again, in full.
+      // The search's best few again, in full (with --burst, each after the idle gap): a brief
+      // search favours shapes that happened to run on a cooler moment, so one re-measure is not
+      // enough to name the best.
       for (auto& b : benches) b->set_idle_before(idle);
-      CaseSpec spec{CaseKind::Mamf, t, top.spec.shape, "best",
-                    s.any_layout && !gemm_type_info(t).tn_only};
-      const auto outs = run_on_all(ctx, benches, spec, s.algos, final_options(ctx, s));
-      for (const auto& o : outs) {
-        CaseResult r = to_case_result(o, peak(t), benches.size() > 1);
-        r.group = fmt::format("{} MAMF best of {} shapes", to_string(t), tried.size());
-        report.add(std::move(r));
+      std::vector<CaseOutcome> finals;
+      const auto finalists = mamf_finalists(scored, kMamfFinalists);
+      for (const GemmShape& sh : finalists) {
+        if (Context::interrupted()) break;
+        CaseSpec spec{CaseKind::Mamf, t, sh, "finalist",
+                      s.any_layout && !gemm_type_info(t).tn_only};
+        const auto outs = run_on_all(ctx, benches, spec, s.algos, final_options(ctx, s));
+        for (const auto& o : outs) {
+          CaseResult r = to_case_result(o, peak(t), benches.size() > 1);
+          r.group =
+              fmt::format("{} MAMF: the best {} of {} shapes measured in full{}", to_string(t),
+                          finalists.size(), tried.size(), s.burst ? ", burst" : "");
+          report.add(std::move(r));
+        }
+        if (const CaseOutcome* w = slowest(outs)) finals.push_back(*w);
       }
-      const CaseOutcome* w = slowest(outs);
+      const CaseOutcome* w = nullptr;  // the fastest finalist (each the slowest of its GPUs)
+      for (const auto& f : finals)
+        if (!w || f.tflops > w->tflops) w = &f;
       if (!w) continue;
       std::vector<double> sorted = rates;
       std::sort(sorted.begin(), sorted.end());
@@ -310,6 +324,7 @@ class MatmulModule final : public Module {
                                             {"best_tflops_mean_time", w->mean_tflops},
                                             {"best_tflops_fastest_iteration", w->max_tflops},
                                             {"shapes_tried", tried.size()},
+                                            {"finalists", finals.size()},
                                             {"search_tflops_mean", mean},
                                             {"search_tflops_median", sorted[sorted.size() / 2]},
                                             {"search_tflops_max", sorted.back()}};

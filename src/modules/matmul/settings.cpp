@@ -326,4 +326,18 @@ std::vector<GemmShape> mamf_neighbours(const GemmShape& best, std::int64_t step,
   return out;
 }
 
+std::vector<GemmShape> mamf_finalists(std::vector<std::pair<double, GemmShape>> scored, int k) {
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<GemmShape> out;
+  for (const auto& [rate, sh] : scored) {
+    if (static_cast<int>(out.size()) >= k) break;
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const GemmShape& o) {
+      return o.m == sh.m && o.n == sh.n && o.k == sh.k;
+    });
+    if (!seen) out.push_back(sh);
+  }
+  return out;
+}
+
 }  // namespace gpubench::matmul
