@@ -1,0 +1,56 @@
+#pragma once
+// Attention kernels' launchers: a plain reference (fp32 math, one key at a time; the yardstick
+// the fast kernels are checked against) and decode attention over a KV cache, split along the
+// context for long contexts. bf16 or fp16 storage, fp32 accumulation; grouped-query heads
+// (query head h reads KV head h / (heads / kv_heads)).
+//
+// Layouts (row-major, strides in elements so Q, K, V may live inside a fused qkv buffer):
+//   q:   [batch * q_tokens, q_stride], head h of token t at q + (b*q_tokens + t)*q_stride + h*d
+//   k,v: [batch, max_context, kv_stride] caches, head g of position p at
+//        k + (b*max_context + p)*kv_stride + g*d
+//   out: [batch * q_tokens, heads * d]
+// Query token t of batch b sits at position q_pos0 + t and attends (causally) to positions
+// 0 .. q_pos0 + t of its cache.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gpubench {
+
+enum class AttnDtype { BF16, F16 };
+
+struct AttentionArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  AttnDtype dtype = AttnDtype::BF16;
+  int batch = 1, q_tokens = 1, heads = 1, kv_heads = 1, head_dim = 128;
+  int q_pos0 = 0;       // position of the first query token (prefill 0; decode = context)
+  int max_context = 1;  // rows per batch of the K/V caches
+  std::int64_t q_stride = 0, kv_stride = 0;  // 0: heads*head_dim / kv_heads*head_dim
+  float scale = 0;                           // 0: 1/sqrt(head_dim)
+};
+
+// `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).
+AttentionArgs resolved_attention_args(AttentionArgs a);
+
+// Plain causal attention, fp32 math: one block per query token and head walks the keys one at a
+// time with an online softmax. Slow; for checks only. Any head_dim up to 256.
+void attention_reference(const AttentionArgs& a, cudaStream_t stream);
+
+// Prefill: causal attention of q_tokens queries per sequence (positions q_pos0 ..) over keys
+// 0 .. q_pos0 + q_tokens - 1, fused in the flash-attention way: tiles of 64 queries x 64 keys on
+// tensor cores (WMMA, fp32 accumulation), an online softmax, no L x L matrix in memory.
+// head_dim 64 or 128; strides multiples of 8 elements and 16-byte aligned pointers.
+void prefill_attention(const AttentionArgs& a, cudaStream_t stream);
+
+// Decode: one query token per sequence (q_tokens == 1) over positions 0..q_pos0. The context is
+// cut into `splits` chunks (0: chosen from the context and the SM count) whose partial softmax
+// results are merged by a second kernel. `workspace` holds decode_workspace_bytes(a, splits).
+// head_dim 64 or 128.
+int decode_attention_splits(const AttentionArgs& a, int sm_count);
+std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits);
+void decode_attention(const AttentionArgs& a, int splits, void* workspace, cudaStream_t stream);
+
+}  // namespace gpubench

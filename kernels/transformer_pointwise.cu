@@ -1,0 +1,363 @@
+// RoPE, activations, bias/residual adds, the embedding lookup and the seeded fills of the
+// transformer engine: grid-stride kernels, fp32 math, one rounding per stored element.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpubench/core/errors.hpp"
+#include "transformer.cuh"
+
+namespace gpubench {
+
+using namespace transformer_detail;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr std::int64_t kMaxBlocks = 1 << 16;  // grid-stride loops cover the rest
+
+unsigned grid_for(std::int64_t work_items, std::int64_t max_blocks = kMaxBlocks) {
+  return static_cast<unsigned>(
+      std::clamp<std::int64_t>((work_items + kThreads - 1) / kThreads, 1, max_blocks));
+}
+
+__device__ __forceinline__ std::int64_t thread_index() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise maps: out[i] = op(a[i], b[i]) (b may be null: op sees 0), V elements per access
+// for the bulk, then the n % V tail one by one.
+
+struct GeluErf {
+  __device__ float operator()(float x, float) const {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  }
+};
+struct GeluTanh {
+  __device__ float operator()(float x, float) const {
+    const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
+    return 0.5f * x * (1.0f + tanhf(inner));
+  }
+};
+struct Relu {
+  __device__ float operator()(float x, float) const { return fmaxf(x, 0.0f); }
+};
+struct Add {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+
+template <class T, int V, class Op>
+__global__ void map_kernel(T* out, const T* a, const T* b, std::int64_t n, Op op) {
+  const std::int64_t vecs = n / V;
+  for (std::int64_t i = thread_index(); i < vecs; i += grid_threads()) {
+    float x[V], y[V] = {};
+    load<V>(a + i * V, x);
+    if (b != nullptr) load<V>(b + i * V, y);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x[k] = op(x[k], y[k]);
+    store<V>(out + i * V, x);
+  }
+  for (std::int64_t i = vecs * V + thread_index(); i < n; i += grid_threads()) {
+    const float y = b != nullptr ? to_float(b[i]) : 0.0f;
+    out[i] = from_float<T>(op(to_float(a[i]), y));
+  }
+}
+
+template <class Op>
+void launch_map(void* out, const void* a, const void* b, std::int64_t n, Op op, ActDtype dtype,
+                cudaStream_t stream) {
+  if (n <= 0) return;
+  const bool vec = aligned16(out) && aligned16(a) && (!b || aligned16(b));
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto o = static_cast<T*>(out);
+    auto x = static_cast<const T*>(a);
+    auto y = static_cast<const T*>(b);
+    if (vec) {
+      map_kernel<T, kVec, Op><<<grid_for(n / kVec + 1), kThreads, 0, stream>>>(o, x, y, n, op);
+    } else {
+      map_kernel<T, 1, Op><<<grid_for(n), kThreads, 0, stream>>>(o, x, y, n, op);
+    }
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-structured element-wise kernels: V elements per access when rows are multiples of V.
+
+template <class T, int V>
+__global__ void add_bias_kernel(T* inout, const T* bias, std::int64_t rows, int cols) {
+  const std::int64_t vecs = rows * cols / V;
+  for (std::int64_t i = thread_index(); i < vecs; i += grid_threads()) {
+    const int c = static_cast<int>((i * V) % cols);
+    float x[V], b[V];
+    load<V>(inout + i * V, x);
+    load<V>(bias + c, b);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x[k] += b[k];
+    store<V>(inout + i * V, x);
+  }
+}
+
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.0f + expf(-x));
+}
+
+template <class T, int V>
+__global__ void swiglu_kernel(T* out, const T* gate_up, std::int64_t tokens, int intermediate) {
+  const std::int64_t per_row = intermediate / V;
+  for (std::int64_t i = thread_index(); i < tokens * per_row; i += grid_threads()) {
+    const std::int64_t t = i / per_row;
+    const std::int64_t j = (i % per_row) * V;
+    const T* row = gate_up + t * 2 * intermediate;
+    float g[V], u[V];
+    load<V>(row + j, g);
+    load<V>(row + intermediate + j, u);
+#pragma unroll
+    for (int k = 0; k < V; ++k) g[k] = silu(g[k]) * u[k];
+    store<V>(out + t * intermediate + j, g);
+  }
+}
+
+template <class T, int V>
+__global__ void embedding_kernel(T* out, const T* table, const std::int32_t* token_ids,
+                                 std::int64_t tokens, int hidden, const T* position_table,
+                                 const std::int32_t* positions) {
+  const std::int64_t per_row = hidden / V;
+  for (std::int64_t i = thread_index(); i < tokens * per_row; i += grid_threads()) {
+    const std::int64_t t = i / per_row;
+    const std::int64_t j = (i % per_row) * V;
+    float x[V];
+    load<V>(table + static_cast<std::int64_t>(token_ids[t]) * hidden + j, x);
+    if (position_table != nullptr) {
+      float p[V];
+      load<V>(position_table + static_cast<std::int64_t>(positions[t]) * hidden + j, p);
+#pragma unroll
+      for (int k = 0; k < V; ++k) x[k] += p[k];
+    }
+    store<V>(out + t * hidden + j, x);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE: one thread per (token, head, pair i). Each block first computes inv_freq[i] for its
+// head_dim into shared memory: in double, exp2(-(2i/head_dim) log2 theta), then rounded to fp32
+// like HuggingFace's fp32 table; the angle position * inv_freq is an fp32 product, as there.
+
+template <class T>
+__global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int64_t tokens,
+                            int num_heads, int num_kv_heads, int head_dim, std::int64_t q_stride,
+                            std::int64_t k_stride, double log2_theta) {
+  __shared__ float inv_freq[kMaxRopeHeadDim / 2];
+  const int half = head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    inv_freq[i] = static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+  }
+  __syncthreads();
+
+  const int heads = num_heads + num_kv_heads;
+  const std::int64_t pairs = tokens * heads * half;
+  for (std::int64_t idx = thread_index(); idx < pairs; idx += grid_threads()) {
+    const int i = static_cast<int>(idx % half);
+    const int head = static_cast<int>((idx / half) % heads);
+    const std::int64_t t = idx / half / heads;
+    T* x = head < num_heads ? q + t * q_stride + head * head_dim
+                            : k + t * k_stride + (head - num_heads) * head_dim;
+    float sin_a, cos_a;
+    sincosf(static_cast<float>(positions[t]) * inv_freq[i], &sin_a, &cos_a);
+    const float x1 = to_float(x[i]), x2 = to_float(x[i + half]);
+    x[i] = from_float<T>(x1 * cos_a - x2 * sin_a);
+    x[i + half] = from_float<T>(x2 * cos_a + x1 * sin_a);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fills
+
+template <class T>
+__global__ void fill_weight_kernel(T* ptr, std::int64_t rows, int cols, std::int64_t row0,
+                                   std::int64_t col0, std::int64_t full_cols, std::uint64_t seed,
+                                   std::uint64_t weight_id, float scale) {
+  for (std::int64_t i = thread_index(); i < rows * cols; i += grid_threads()) {
+    const std::int64_t r = i / cols, c = i % cols;
+    ptr[i] = from_float<T>(weight_value(seed, weight_id, row0 + r, col0 + c, full_cols, scale));
+  }
+}
+
+template <class T>
+__global__ void fill_ones_kernel(T* ptr, std::int64_t n) {
+  for (std::int64_t i = thread_index(); i < n; i += grid_threads()) ptr[i] = from_float<T>(1.0f);
+}
+
+__global__ void fill_tokens_kernel(std::int32_t* ids, std::int64_t n, int vocab,
+                                   std::uint64_t seed) {
+  for (std::int64_t i = thread_index(); i < n; i += grid_threads()) {
+    ids[i] = token_value(seed, i, vocab);
+  }
+}
+
+// Smallest magnitude fill_weight writes, rounded to the storage type, is not zero.
+bool min_weight_representable(float scale, ActDtype dtype) {
+  const float smallest = scale / 64.0f;
+  return dtype == ActDtype::BF16 ? __bfloat162float(__float2bfloat16(smallest)) > 0.0f
+                                 : __half2float(__float2half(smallest)) > 0.0f;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+
+void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, int num_heads,
+          int num_kv_heads, int head_dim, std::int64_t q_stride, std::int64_t k_stride, float theta,
+          ActDtype dtype, cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim) {
+    throw InputError("rope: head_dim " + std::to_string(head_dim) + " must be even and at most " +
+                     std::to_string(kMaxRopeHeadDim));
+  }
+  if (!(theta > 1.0f) || !std::isfinite(theta)) {
+    throw InputError("rope: theta " + std::to_string(theta) + " must be a finite number above 1");
+  }
+  if (k == nullptr) num_kv_heads = 0;
+  if (q_stride < static_cast<std::int64_t>(num_heads) * head_dim ||
+      k_stride < static_cast<std::int64_t>(num_kv_heads) * head_dim) {
+    throw InputError("rope: a row stride is shorter than its heads");
+  }
+  const std::int64_t pairs = tokens * (num_heads + num_kv_heads) * (head_dim / 2);
+  if (pairs <= 0) return;
+  const double log2_theta = std::log2(static_cast<double>(theta));
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // At most ~a device's worth of resident blocks: each computes the inv_freq table once.
+    rope_kernel<T><<<grid_for(pairs, 2048), kThreads, 0, stream>>>(
+        static_cast<T*>(q), static_cast<T*>(k), positions, tokens, num_heads, num_kv_heads,
+        head_dim, q_stride, k_stride, log2_theta);
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void swiglu(void* out, const void* gate_up, std::int64_t tokens, int intermediate, ActDtype dtype,
+            cudaStream_t stream) {
+  if (tokens <= 0 || intermediate <= 0) return;
+  const bool vec = intermediate % kVec == 0 && aligned16(out) && aligned16(gate_up);
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto o = static_cast<T*>(out);
+    auto gu = static_cast<const T*>(gate_up);
+    const std::int64_t n = tokens * intermediate;
+    if (vec) {
+      swiglu_kernel<T, kVec>
+          <<<grid_for(n / kVec), kThreads, 0, stream>>>(o, gu, tokens, intermediate);
+    } else {
+      swiglu_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(o, gu, tokens, intermediate);
+    }
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void gelu(void* out, const void* in, std::int64_t n, bool tanh_approx, ActDtype dtype,
+          cudaStream_t stream) {
+  if (tanh_approx) {
+    launch_map(out, in, nullptr, n, GeluTanh{}, dtype, stream);
+  } else {
+    launch_map(out, in, nullptr, n, GeluErf{}, dtype, stream);
+  }
+}
+
+void relu(void* out, const void* in, std::int64_t n, ActDtype dtype, cudaStream_t stream) {
+  launch_map(out, in, nullptr, n, Relu{}, dtype, stream);
+}
+
+void residual_add(void* inout, const void* in, std::int64_t n, ActDtype dtype,
+                  cudaStream_t stream) {
+  launch_map(inout, inout, in, n, Add{}, dtype, stream);
+}
+
+void add_bias(void* inout, const void* bias, std::int64_t rows, int cols, ActDtype dtype,
+              cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const bool vec = cols % kVec == 0 && aligned16(inout) && aligned16(bias);
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto x = static_cast<T*>(inout);
+    auto b = static_cast<const T*>(bias);
+    const std::int64_t n = rows * cols;
+    if (vec) {
+      add_bias_kernel<T, kVec><<<grid_for(n / kVec), kThreads, 0, stream>>>(x, b, rows, cols);
+    } else {
+      add_bias_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(x, b, rows, cols);
+    }
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void embedding_lookup(void* out, const void* table, const std::int32_t* token_ids,
+                      std::int64_t tokens, int hidden, const void* position_table,
+                      const std::int32_t* positions, ActDtype dtype, cudaStream_t stream) {
+  if (tokens <= 0 || hidden <= 0) return;
+  if (position_table != nullptr && positions == nullptr) {
+    throw InputError("embedding_lookup: a position table needs positions");
+  }
+  const bool vec = hidden % kVec == 0 && aligned16(out) && aligned16(table) &&
+                   (!position_table || aligned16(position_table));
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto o = static_cast<T*>(out);
+    auto tab = static_cast<const T*>(table);
+    auto pos_tab = static_cast<const T*>(position_table);
+    const std::int64_t n = tokens * hidden;
+    if (vec) {
+      embedding_kernel<T, kVec><<<grid_for(n / kVec), kThreads, 0, stream>>>(
+          o, tab, token_ids, tokens, hidden, pos_tab, positions);
+    } else {
+      embedding_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(o, tab, token_ids, tokens,
+                                                                   hidden, pos_tab, positions);
+    }
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void fill_weight(void* ptr, std::int64_t rows, int cols, std::int64_t row0, std::int64_t col0,
+                 std::int64_t full_cols, std::uint64_t seed, std::uint64_t weight_id, float scale,
+                 ActDtype dtype, cudaStream_t stream) {
+  if (!(scale > 0.0f) || !std::isfinite(scale) || !min_weight_representable(scale, dtype)) {
+    throw InputError("fill_weight: scale " + std::to_string(scale) +
+                     " must be positive and finite, with scale/64 above zero in " +
+                     to_string(dtype));
+  }
+  if (row0 < 0 || col0 < 0 || col0 + cols > full_cols) {
+    throw InputError("fill_weight: columns [" + std::to_string(col0) + ", " +
+                     std::to_string(col0 + cols) + ") lie outside the weight's " +
+                     std::to_string(full_cols) + " columns");
+  }
+  if (rows <= 0 || cols <= 0) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_weight_kernel<T><<<grid_for(rows * cols), kThreads, 0, stream>>>(
+        static_cast<T*>(ptr), rows, cols, row0, col0, full_cols, seed, weight_id, scale);
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void fill_ones(void* ptr, std::int64_t n, ActDtype dtype, cudaStream_t stream) {
+  if (n <= 0) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_ones_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(static_cast<T*>(ptr), n);
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void fill_tokens(std::int32_t* ids, std::int64_t n, int vocab, std::uint64_t seed,
+                 cudaStream_t stream) {
+  if (vocab <= 0) throw InputError("fill_tokens: vocab " + std::to_string(vocab) + " is empty");
+  if (n <= 0) return;
+  fill_tokens_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, n, vocab, seed);
+  GPB_CHECK_LAUNCH();
+}
+
+}  // namespace gpubench
