@@ -1,0 +1,145 @@
+// `gpubench seqlen` settings: the model, the sweep's lengths, batches and output lengths, checked
+// against the model (positions) before anything touches the GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "seqlen.hpp"
+
+namespace gpubench::seqlen {
+
+namespace {
+
+constexpr std::int64_t kMaxTokens = 1 << 20;
+constexpr std::int64_t kMaxBatch = 4096;
+
+std::int64_t parse_count(const std::string& text, const std::string& option) {
+  const std::string t = trim(text);
+  if (t.empty() || t.size() > 9 ||
+      !std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); }))
+    throw InputError(fmt::format("{}: '{}' is not a positive whole number", option, text));
+  return std::stoll(t);
+}
+
+std::vector<std::int64_t> or_default(const std::string& text, const std::string& option,
+                                     std::int64_t max, std::vector<std::int64_t> fallback) {
+  return trim(text).empty() ? fallback : parse_counts(text, option, max);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
+                                       std::int64_t max) {
+  std::vector<std::int64_t> out;
+  const std::string t = trim(text);
+  if (t.find(':') != std::string::npos) {
+    const auto parts = split_list(t, ':');
+    if (parts.size() != 3)
+      throw InputError(
+          fmt::format("{}: '{}' is not start:stop:step or start:stop:xF", option, text));
+    const std::int64_t start = parse_count(parts[0], option), stop = parse_count(parts[1], option);
+    const std::string step = trim(parts[2]);
+    if (start < 1 || stop < start)
+      throw InputError(fmt::format("{}: '{}' needs 1 <= start <= stop", option, text));
+    if (!step.empty() && (step[0] == 'x' || step[0] == 'X')) {
+      const std::int64_t f = parse_count(step.substr(1), option);
+      if (f < 2) throw InputError(fmt::format("{}: factor '{}' must be at least 2", option, step));
+      for (std::int64_t v = start; v <= stop; v *= f) out.push_back(v);
+    } else {
+      const std::int64_t s = parse_count(step, option);
+      if (s < 1 || (stop - start) / s >= 1024)
+        throw InputError(fmt::format("{}: '{}' gives more than 1024 values", option, text));
+      for (std::int64_t v = start; v <= stop; v += s) out.push_back(v);
+    }
+  } else {
+    for (const auto& item : split_list(t)) out.push_back(parse_count(item, option));
+  }
+  for (std::int64_t v : out)
+    if (v < 1 || v > max) throw InputError(fmt::format("{}: {} is outside 1..{}", option, v, max));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Settings resolve_settings(const Options& o, bool quick) {
+  Settings s;
+  if (!trim(o.model_config).empty()) {
+    s.model = model::load_model_config(o.model_config);
+  } else {
+    if (trim(o.model).empty()) throw InputError("--model: give a preset or --model-config");
+    s.model = model::load_preset(trim(o.model));
+  }
+  const std::string dt = trim(o.dtype);
+  if (dt == "bf16") {
+    s.dtype = ActDtype::BF16;
+  } else if (dt == "fp16") {
+    s.dtype = ActDtype::F16;
+  } else {
+    throw InputError(
+        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", o.dtype));
+  }
+  if (o.layers < 0 || o.layers > s.model.num_layers)
+    throw InputError(fmt::format("--layers: {} is outside 0..{} (0: all of {})", o.layers,
+                                 s.model.num_layers, s.model.name));
+  s.layers = o.layers > 0 ? o.layers : s.model.num_layers;
+  s.seq_lens = or_default(o.seq_lens, "--seq-lens", kMaxTokens,
+                          quick ? std::vector<std::int64_t>{512, 2048}
+                                : std::vector<std::int64_t>{128, 256, 512, 1024, 2048, 4096, 8192});
+  s.batch_sizes =
+      or_default(o.batch_sizes, "--batch-sizes", kMaxBatch,
+                 quick ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{1, 2, 4, 8});
+  s.output_lens =
+      or_default(o.output_lens, "--output-lens", kMaxTokens,
+                 quick ? std::vector<std::int64_t>{50} : std::vector<std::int64_t>{50, 100, 200});
+  s.force_length = o.force_length;
+  s.profile_layer = o.profile_layer;
+  // The longest context a point reaches: its prompt plus the tokens it generates. A learned
+  // position table has no rows past max_positions; RoPE computes any position, so only lengths
+  // asked for explicitly past the model's context need --force-length, and the default sweep
+  // (128..8192, the issue's) runs past it with a note.
+  const bool learned = s.model.positions == model::Positions::Learned;
+  const std::int64_t gen = s.output_lens.back();
+  const std::int64_t limit = s.model.max_positions;
+  if (s.seq_lens.back() + gen > limit) {
+    if (learned) {
+      if (!trim(o.seq_lens).empty() || !trim(o.output_lens).empty())
+        throw InputError(fmt::format(
+            "--seq-lens: {} prompt + {} generated tokens pass {}'s learned position table of {} "
+            "rows",
+            s.seq_lens.back(), gen, s.model.name, limit));
+      const auto past = std::remove_if(s.seq_lens.begin(), s.seq_lens.end(),
+                                       [&](std::int64_t l) { return l + gen > limit; });
+      s.seq_lens.erase(past, s.seq_lens.end());
+      if (s.seq_lens.empty())
+        throw InputError(
+            fmt::format("--output-lens: {} generated tokens leave no prompt length "
+                        "within {}'s {} positions",
+                        gen, s.model.name, limit));
+      s.notes.push_back(
+          fmt::format("lengths cut to {}'s {} learned positions", s.model.name, limit));
+    } else if (!trim(o.seq_lens).empty() && !s.force_length) {
+      throw InputError(fmt::format(
+          "--seq-lens: {} prompt + {} generated tokens pass {}'s {} positions (--force-length "
+          "runs them anyway)",
+          s.seq_lens.back(), gen, s.model.name, limit));
+    } else {
+      s.notes.push_back(fmt::format(
+          "contexts up to {} pass {}'s {} positions: RoPE runs them, the model was not trained "
+          "that far",
+          s.seq_lens.back() + gen, s.model.name, limit));
+    }
+  }
+  return s;
+}
+
+nlohmann::ordered_json Settings::to_json() const {
+  return {{"model", model.to_json()},     {"layers", layers},
+          {"seq_lens", seq_lens},         {"batch_sizes", batch_sizes},
+          {"output_lens", output_lens},   {"dtype", to_string(dtype)},
+          {"force_length", force_length}, {"profile_layer", profile_layer}};
+}
+
+}  // namespace gpubench::seqlen
