@@ -9,33 +9,16 @@
 
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "transformer.cuh"
 
 namespace gpubench {
 
 namespace {
 
-constexpr int kWarps = 4;
+using transformer_detail::from_float;
+using transformer_detail::to_float;
 
-template <class T>
-__device__ inline float to_f(T x);
-template <>
-__device__ inline float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ inline float to_f<__half>(__half x) {
-  return __half2float(x);
-}
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
+constexpr int kWarps = 4;
 
 // Partial result of one chunk: running max m, sum l, and unnormalized acc[head_dim].
 __device__ inline float* partial_at(float* ws, int bh, int split, int splits, int head_dim) {
@@ -59,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                static_cast<std::int64_t>(h) * D;
   float qv[kPer];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) qv[i] = to_f(q[lane * kPer + i]) * a.scale;
+  for (int i = 0; i < kPer; ++i) qv[i] = to_float(q[lane * kPer + i]) * a.scale;
 
   float m = -INFINITY, l = 0, acc[kPer] = {};
   const T* kbase = static_cast<const T*>(a.k) + static_cast<std::int64_t>(g) * D + lane * kPer;
@@ -68,14 +51,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     const std::int64_t row = (static_cast<std::int64_t>(b) * a.max_context + j) * a.kv_stride;
     float s = 0;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) s += qv[i] * to_f(kbase[row + i]);
+    for (int i = 0; i < kPer; ++i) s += qv[i] * to_float(kbase[row + i]);
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
     const float m_new = fmaxf(m, s);
     const float correction = expf(m - m_new);
     const float p = expf(s - m_new);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[i] = acc[i] * correction + p * to_f(vbase[row + i]);
+    for (int i = 0; i < kPer; ++i) acc[i] = acc[i] * correction + p * to_float(vbase[row + i]);
     l = l * correction + p;
     m = m_new;
   }
@@ -125,7 +108,7 @@ __global__ void decode_combine_kernel(AttentionArgs a, int splits, const float* 
     }
     static_cast<T*>(
         a.out)[static_cast<std::int64_t>(b) * a.heads * D + static_cast<std::int64_t>(h) * D + d] =
-        from_f<T>(num / den);
+        from_float<T>(num / den);
   }
 }
 

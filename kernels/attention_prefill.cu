@@ -10,25 +10,18 @@
 
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "transformer.cuh"
 
 namespace gpubench {
 
 namespace {
 
+using transformer_detail::from_float;
+using transformer_detail::to_float;
+
 using namespace nvcuda;
 
 constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4, kRowsPerWarp = 16;
-
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
 
 template <int D>
 struct Smem {
@@ -132,7 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(AttentionArgs a) {
       for (int c = c0; c < c0 + 32; ++c) {
         const float p = m_new == -INFINITY ? 0.0f : expf(srow[c] - m_new);
         sum += p;
-        sp[r * kBlockN + c] = from_f<T>(p);
+        sp[r * kBlockN + c] = from_float<T>(p);
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       for (int c = (lane % 2) * (D / 2); c < (lane % 2 + 1) * (D / 2); ++c)
@@ -168,7 +161,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(AttentionArgs a) {
       static_cast<std::int64_t>(h) * D;
   for (int i = threadIdx.x; i < q_rows * D; i += blockDim.x) {
     const int r = i / D, c = i % D;
-    out[static_cast<std::int64_t>(r) * a.heads * D + c] = from_f<T>(so[i] / row_l[r]);
+    out[static_cast<std::int64_t>(r) * a.heads * D + c] = from_float<T>(so[i] / row_l[r]);
   }
 }
 

@@ -7,31 +7,14 @@
 
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "transformer.cuh"
 
 namespace gpubench {
 
 namespace {
 
-template <class T>
-__device__ inline float to_f(T x);
-template <>
-__device__ inline float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ inline float to_f<__half>(__half x) {
-  return __half2float(x);
-}
-template <class T>
-__device__ inline T from_f(float x);
-template <>
-__device__ inline __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
+using transformer_detail::from_float;
+using transformer_detail::to_float;
 
 // Sum over the block (blockDim.x a multiple of 32, at most 256); every thread gets the result.
 __device__ inline float block_sum(float v, float* scratch) {
@@ -56,25 +39,25 @@ __global__ void reference_kernel(AttentionArgs a) {
   const bool active = d < a.head_dim;
   const T* q = static_cast<const T*>(a.q) + static_cast<std::int64_t>(row) * a.q_stride +
                static_cast<std::int64_t>(h) * a.head_dim;
-  const float qd = active ? to_f(q[d]) : 0.0f;
+  const float qd = active ? to_float(q[d]) : 0.0f;
   const int keys = a.q_pos0 + t + 1;
   float m = -INFINITY, l = 0, acc = 0;
   for (int j = 0; j < keys; ++j) {
     const std::int64_t base = (static_cast<std::int64_t>(b) * a.max_context + j) * a.kv_stride +
                               static_cast<std::int64_t>(g) * a.head_dim;
-    const float kd = active ? to_f(static_cast<const T*>(a.k)[base + d]) : 0.0f;
+    const float kd = active ? to_float(static_cast<const T*>(a.k)[base + d]) : 0.0f;
     const float s = block_sum(qd * kd, scratch) * a.scale;
     const float m_new = fmaxf(m, s);
     const float correction = expf(m - m_new);
     const float p = expf(s - m_new);
-    const float vd = active ? to_f(static_cast<const T*>(a.v)[base + d]) : 0.0f;
+    const float vd = active ? to_float(static_cast<const T*>(a.v)[base + d]) : 0.0f;
     acc = acc * correction + p * vd;
     l = l * correction + p;
     m = m_new;
   }
   if (active)
     static_cast<T*>(a.out)[static_cast<std::int64_t>(row) * a.heads * a.head_dim +
-                           static_cast<std::int64_t>(h) * a.head_dim + d] = from_f<T>(acc / l);
+                           static_cast<std::int64_t>(h) * a.head_dim + d] = from_float<T>(acc / l);
 }
 
 }  // namespace
