@@ -1,0 +1,118 @@
+#pragma once
+// The synthetic transformer engine: a decoder-only model with the exact shapes of a ModelConfig
+// and random non-zero weights made on the GPU from a seed (fill_weight: a value depends only on
+// the seed, the tensor and its full row and column), run as prefill (a prompt per sequence,
+// filling the KV cache) and decode (one token per sequence over the cache). GEMMs go through the
+// shared cuBLASLt wrapper (core/gemm.hpp), the rest through kernels/transformer.cuh and
+// kernels/attention.cuh. The same engine carries seqlen, tp and pp.
+//
+// Layouts, row-major: hidden states [batch * tokens, hidden]; a linear layer's weight is
+// [out_features, in_features] and computes Y = X W^T; the fused qkv output is [rows, q + 2 kv]
+// (q first); the fused gate/up output is [rows, 2 * intermediate] (gate first); KV caches are
+// [batch, max_context, kv_dim] per layer.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/model/presets.hpp"
+#include "transformer.cuh"
+
+namespace gpubench::model {
+
+struct EngineOptions {
+  ActDtype dtype = ActDtype::BF16;
+  int layers = 0;          // decoder layers built and run (0: all of the model's)
+  int max_batch = 1;       // sequences per step
+  int max_tokens = 2048;   // prompt tokens per sequence in one prefill
+  int max_context = 2048;  // positions the KV cache holds per sequence
+  std::uint64_t seed = 1;  // weights
+};
+
+// Called around every operation of a step (for per-op CUDA-event timing); `layer` is -1 outside
+// the decoder layers.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void begin(const char* op, int layer, cudaStream_t stream) = 0;
+  virtual void end(const char* op, int layer, cudaStream_t stream) = 0;
+};
+
+// Bytes the engine holds on the GPU, by purpose.
+struct EngineMemory {
+  std::uint64_t weights = 0, kv_cache = 0, activations = 0, workspace = 0;
+  std::uint64_t total() const { return weights + kv_cache + activations + workspace; }
+};
+
+class Transformer {
+ public:
+  // Allocates and fills everything on `device` (the current device must be `device`).
+  Transformer(const ModelConfig& model, const EngineOptions& options, int device);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& model() const noexcept { return model_; }
+  const EngineOptions& options() const noexcept { return opts_; }
+  int layers() const noexcept { return layers_; }
+  EngineMemory memory() const noexcept { return memory_; }
+
+  // Seeded token ids for `batch` x `tokens` (device memory the engine owns, reused).
+  const std::int32_t* tokens(int batch, int tokens, std::uint64_t seed, cudaStream_t stream);
+
+  // The prompt `ids` [batch * tokens] at positions 0..tokens-1: fills the KV cache, leaves the
+  // last position's logits [batch, vocab] in logits().
+  void prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream);
+  // One token per sequence, `ids` [batch], at position `context` (the cache holds 0..context-1):
+  // writes its K/V at `context`, leaves logits. Capturable in a CUDA graph (no host copies).
+  void decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream);
+
+  const void* logits() const noexcept { return logits_.get(); }
+  // The hidden states after the final norm of the last step's last positions [batch, hidden].
+  const void* final_hidden() const noexcept { return last_.get(); }
+
+  void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
+
+ private:
+  struct Layer;
+  void forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
+               cudaStream_t stream);
+  void layer_forward(int l, int batch, int tokens, int pos0, bool decode, cudaStream_t stream);
+  // Y[rows, out] = X[rows, in] W^T (+ bias).
+  void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
+              std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream);
+  DeviceBuffer alloc(std::uint64_t bytes, std::uint64_t* counter);
+  void* weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
+               cudaStream_t stream, std::vector<DeviceBuffer>& store);
+
+  ModelConfig model_;
+  EngineOptions opts_;
+  int device_;
+  int layers_;
+  std::size_t elem_;
+  EngineMemory memory_;
+  OpObserver* observer_ = nullptr;
+  CublasLtHandle handle_;
+  DeviceBuffer workspace_;
+  // (N, M, K) of a GEMM -> its plan and the heuristic's first algorithm.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
+           std::pair<std::unique_ptr<GemmPlan>, GemmAlgo>>
+      plans_;
+  std::vector<DeviceBuffer> weights_;
+  std::vector<std::unique_ptr<Layer>> layer_;
+  void* embed_ = nullptr;        // [vocab, hidden]; also the LM head when tied
+  void* positions_w_ = nullptr;  // learned positions [max_positions, hidden] or null
+  void* lm_head_ = nullptr;      // [vocab, hidden]
+  void* final_norm_w_ = nullptr;
+  void* final_norm_b_ = nullptr;
+  DeviceBuffer kv_;  // every layer's K and V caches
+  // Activations for max_batch * max_tokens rows.
+  DeviceBuffer x_, h_, qkv_, attn_, tmp_, mlp_, act_, positions_, ids_, last_, logits_, attn_ws_;
+  int sm_count_ = 0;
+};
+
+}  // namespace gpubench::model

@@ -1,0 +1,357 @@
+// The synthetic transformer engine: weights from seeds, prefill and decode steps over a KV cache.
+#include "gpubench/model/transformer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention.cuh"
+#include "gpubench/core/errors.hpp"
+#include "transformer_engine.cuh"
+
+namespace gpubench::model {
+
+namespace {
+
+GemmDtype gemm_dtype(ActDtype t) {
+  return t == ActDtype::BF16 ? GemmDtype::Bf16 : GemmDtype::Fp16;
+}
+AttnDtype attn_dtype(ActDtype t) {
+  return t == ActDtype::BF16 ? AttnDtype::BF16 : AttnDtype::F16;
+}
+
+// Weight ids: global tensors first, then 32 per layer.
+enum GlobalId : std::uint64_t { kEmbedId = 1, kPositionsId, kLmHeadId, kFinalNormBiasId };
+enum LayerId : std::uint64_t {
+  kQkv,
+  kQkvBias,
+  kOut,
+  kOutBias,
+  kGateUp,
+  kUpBias,
+  kDown,
+  kDownBias,
+  kInNormBias,
+  kPostNormBias,
+};
+std::uint64_t layer_id(int l, LayerId t) {
+  return 1000 + static_cast<std::uint64_t>(l) * 32 + t;
+}
+
+constexpr float kBiasScale = 0.02f;
+
+// A scope that tells the observer (if any) where an operation begins and ends.
+class OpScope {
+ public:
+  OpScope(OpObserver* o, const char* op, int layer, cudaStream_t s)
+      : o_(o), op_(op), layer_(layer), s_(s) {
+    if (o_) o_->begin(op_, layer_, s_);
+  }
+  ~OpScope() {
+    if (o_) o_->end(op_, layer_, s_);
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  OpObserver* o_;
+  const char* op_;
+  int layer_;
+  cudaStream_t s_;
+};
+
+}  // namespace
+
+struct Transformer::Layer {
+  void* in_norm_w = nullptr;
+  void* in_norm_b = nullptr;
+  void* qkv_w = nullptr;
+  void* qkv_b = nullptr;
+  void* q_norm_w = nullptr;
+  void* k_norm_w = nullptr;
+  void* out_w = nullptr;
+  void* out_b = nullptr;
+  void* post_norm_w = nullptr;
+  void* post_norm_b = nullptr;
+  void* up_w = nullptr;  // [2I, H] gate first when gated, else [I, H]
+  void* up_b = nullptr;
+  void* down_w = nullptr;
+  void* down_b = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+};
+
+DeviceBuffer Transformer::alloc(std::uint64_t bytes, std::uint64_t* counter) {
+  *counter += bytes;
+  return DeviceBuffer(device_, std::max<std::uint64_t>(bytes, 256));
+}
+
+void* Transformer::weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
+                          cudaStream_t stream, std::vector<DeviceBuffer>& store) {
+  store.push_back(alloc(static_cast<std::uint64_t>(rows * cols) * elem_, &memory_.weights));
+  fill_weight(store.back().get(), rows, static_cast<int>(cols), 0, 0, cols, opts_.seed, id, scale,
+              opts_.dtype, stream);
+  return store.back().get();
+}
+
+Transformer::Transformer(const ModelConfig& model, const EngineOptions& options, int device)
+    : model_(model),
+      opts_(options),
+      device_(device),
+      layers_(options.layers > 0 ? std::min(options.layers, model.num_layers) : model.num_layers),
+      elem_(act_bytes(options.dtype)) {
+  const ModelConfig& m = model_;
+  if (m.head_dim != 64 && m.head_dim != 128)
+    throw InputError(
+        fmt::format("{}: head_dim {} (the attention kernels take 64 or 128)", m.name, m.head_dim));
+  if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
+    throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  Stream setup(device_);
+  cudaStream_t s = setup.get();
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  const bool ln = m.norm == Norm::LayerNorm;
+  auto norm_weight = [&](std::int64_t n, std::uint64_t bias_id, void** w, void** b) {
+    weights_.push_back(alloc(static_cast<std::uint64_t>(n) * elem_, &memory_.weights));
+    fill_ones(weights_.back().get(), n, opts_.dtype, s);
+    *w = weights_.back().get();
+    if (ln) *b = weight(1, n, bias_id, kBiasScale, s, weights_);
+  };
+
+  embed_ = weight(m.vocab_size, H, kEmbedId, 1.0f, s, weights_);
+  if (m.positions == Positions::Learned)
+    positions_w_ =
+        weight(std::max(m.max_positions, opts_.max_context), H, kPositionsId, 1.0f, s, weights_);
+  lm_head_ = m.tie_word_embeddings
+                 ? embed_
+                 : weight(m.vocab_size, H, kLmHeadId, 1.0f / std::sqrt(float(H)), s, weights_);
+  norm_weight(H, kFinalNormBiasId, &final_norm_w_, &final_norm_b_);
+
+  const std::uint64_t cache_elems = static_cast<std::uint64_t>(opts_.max_batch) *
+                                    static_cast<std::uint64_t>(opts_.max_context) *
+                                    static_cast<std::uint64_t>(KV);
+  kv_ = alloc(2 * static_cast<std::uint64_t>(layers_) * cache_elems * elem_, &memory_.kv_cache);
+  for (int l = 0; l < layers_; ++l) {
+    auto L = std::make_unique<Layer>();
+    norm_weight(H, layer_id(l, kInNormBias), &L->in_norm_w, &L->in_norm_b);
+    L->qkv_w = weight(Q + 2 * KV, H, layer_id(l, kQkv), 1.0f / std::sqrt(float(H)), s, weights_);
+    if (m.qkv_bias)
+      L->qkv_b = weight(1, Q + 2 * KV, layer_id(l, kQkvBias), kBiasScale, s, weights_);
+    if (m.qk_norm) {  // one buffer: the q norm's head_dim weights, then the k norm's
+      weights_.push_back(
+          alloc(static_cast<std::uint64_t>(2 * m.head_dim) * elem_, &memory_.weights));
+      fill_ones(weights_.back().get(), 2 * m.head_dim, opts_.dtype, s);
+      L->q_norm_w = weights_.back().get();
+      L->k_norm_w = static_cast<unsigned char*>(L->q_norm_w) + m.head_dim * elem_;
+    }
+    L->out_w = weight(H, Q, layer_id(l, kOut), 1.0f / std::sqrt(float(Q)), s, weights_);
+    if (m.out_bias) L->out_b = weight(1, H, layer_id(l, kOutBias), kBiasScale, s, weights_);
+    norm_weight(H, layer_id(l, kPostNormBias), &L->post_norm_w, &L->post_norm_b);
+    const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
+    L->up_w = weight(up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s, weights_);
+    if (m.mlp_bias) L->up_b = weight(1, up_rows, layer_id(l, kUpBias), kBiasScale, s, weights_);
+    L->down_w = weight(H, I, layer_id(l, kDown), 1.0f / std::sqrt(float(I)), s, weights_);
+    if (m.mlp_bias) L->down_b = weight(1, H, layer_id(l, kDownBias), kBiasScale, s, weights_);
+    auto* base = kv_.as<unsigned char>() + 2 * static_cast<std::uint64_t>(l) * cache_elems * elem_;
+    L->k_cache = base;
+    L->v_cache = base + cache_elems * elem_;
+    layer_.push_back(std::move(L));
+  }
+
+  // Activations for the largest step.
+  const std::uint64_t rows =
+      static_cast<std::uint64_t>(opts_.max_batch) * static_cast<std::uint64_t>(opts_.max_tokens);
+  auto act = [&](std::uint64_t cols) { return alloc(rows * cols * elem_, &memory_.activations); };
+  x_ = act(H);
+  h_ = act(H);
+  tmp_ = act(H);
+  qkv_ = act(Q + 2 * KV);
+  attn_ = act(Q);
+  mlp_ = act(m.gated_mlp ? 2 * I : I);
+  act_ = act(I);
+  positions_ = alloc(rows * sizeof(std::int32_t), &memory_.activations);
+  ids_ = alloc(rows * sizeof(std::int32_t), &memory_.activations);
+  last_ = alloc(static_cast<std::uint64_t>(opts_.max_batch) * H * elem_, &memory_.activations);
+  logits_ = alloc(static_cast<std::uint64_t>(opts_.max_batch) * m.vocab_size * elem_,
+                  &memory_.activations);
+  AttentionArgs probe;
+  probe.batch = opts_.max_batch;
+  probe.heads = m.num_heads;
+  probe.head_dim = m.head_dim;
+  attn_ws_ = alloc(decode_workspace_bytes(probe, 64), &memory_.workspace);
+  int cc_major = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_));
+  workspace_ = alloc(gemm_workspace_bytes(cc_major), &memory_.workspace);
+  setup.synchronize();
+}
+
+Transformer::~Transformer() = default;
+
+const std::int32_t* Transformer::tokens(int batch, int tokens, std::uint64_t seed,
+                                        cudaStream_t stream) {
+  fill_tokens(ids_.as<std::int32_t>(), static_cast<std::int64_t>(batch) * tokens, model_.vocab_size,
+              seed, stream);
+  return ids_.as<std::int32_t>();
+}
+
+void Transformer::linear(const char* op, int l, const void* x, const void* w, const void* bias,
+                         void* y, std::int64_t rows, std::int64_t out, std::int64_t in,
+                         cudaStream_t stream) {
+  OpScope scope(observer_, op, l, stream);
+  auto key = std::make_tuple(out, rows, in);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    GemmShape shape{out, rows, in, true, false};  // Y^T = W X^T in column-major terms
+    auto plan =
+        std::make_unique<GemmPlan>(handle_, gemm_dtype(opts_.dtype), shape, workspace_.bytes());
+    const GemmAlgo first = plan->candidates(1).front();
+    it = plans_.emplace(key, std::make_pair(std::move(plan), first)).first;
+  }
+  it->second.first->run(it->second.second, w, x, y, workspace_.get(), stream);
+  if (bias) add_bias(y, bias, rows, static_cast<int>(out), opts_.dtype, stream);
+}
+
+void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream) {
+  if (batch < 1 || batch > opts_.max_batch || tokens < 1 || tokens > opts_.max_tokens)
+    throw InputError(fmt::format("prefill: batch {} x {} tokens outside the engine's {} x {}",
+                                 batch, tokens, opts_.max_batch, opts_.max_tokens));
+  forward(ids, batch, tokens, 0, false, stream);
+}
+
+void Transformer::decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream) {
+  if (batch < 1 || batch > opts_.max_batch || context < 0 || context >= opts_.max_context)
+    throw InputError(fmt::format("decode: batch {} at context {} outside the engine's {} x {}",
+                                 batch, context, opts_.max_batch, opts_.max_context));
+  forward(ids, batch, 1, context, true, stream);
+}
+
+void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
+                          cudaStream_t stream) {
+  const ModelConfig& m = model_;
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
+  const std::int64_t H = m.hidden_size;
+  {
+    OpScope scope(observer_, "embedding", -1, stream);
+    fill_positions(positions_.as<std::int32_t>(), batch, tokens, pos0, stream);
+    embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
+                     positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
+  }
+  for (int l = 0; l < layers_; ++l) layer_forward(l, batch, tokens, pos0, decode, stream);
+  {
+    OpScope scope(observer_, "final_norm", -1, stream);
+    // The last position of each sequence, then the final norm in place.
+    GPB_CUDA_CHECK(
+        cudaMemcpy2DAsync(last_.get(), H * elem_, x_.as<unsigned char>() + (tokens - 1) * H * elem_,
+                          tokens * H * elem_, H * elem_, batch, cudaMemcpyDeviceToDevice, stream));
+    if (m.norm == Norm::RMSNorm)
+      rms_norm(last_.get(), last_.get(), final_norm_w_, batch, static_cast<int>(H),
+               static_cast<float>(m.norm_eps), opts_.dtype, stream);
+    else
+      layer_norm(last_.get(), last_.get(), final_norm_w_, final_norm_b_, batch, static_cast<int>(H),
+                 static_cast<float>(m.norm_eps), opts_.dtype, stream);
+  }
+  linear("lm_head", -1, last_.get(), lm_head_, nullptr, logits_.get(), batch, m.vocab_size, H,
+         stream);
+}
+
+void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool decode,
+                                cudaStream_t stream) {
+  const ModelConfig& m = model_;
+  const Layer& L = *layer_[static_cast<std::size_t>(l)];
+  const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  const std::int64_t W = Q + 2 * KV;  // qkv row width
+  const float eps = static_cast<float>(m.norm_eps);
+  const bool ln = m.norm == Norm::LayerNorm;
+  auto norm = [&](const char* op, void* out, const void* in, const void* w, const void* b) {
+    OpScope scope(observer_, op, l, stream);
+    if (ln)
+      layer_norm(out, in, w, b, rows, static_cast<int>(H), eps, opts_.dtype, stream);
+    else
+      rms_norm(out, in, w, rows, static_cast<int>(H), eps, opts_.dtype, stream);
+  };
+
+  norm("input_norm", h_.get(), x_.get(), L.in_norm_w, L.in_norm_b);
+  linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
+  auto* qkv = qkv_.as<unsigned char>();
+  if (m.qk_norm) {
+    OpScope scope(observer_, "qk_norm", l, stream);
+    rms_norm_heads(qkv, L.q_norm_w, rows, m.num_heads, m.head_dim, W, eps, opts_.dtype, stream);
+    rms_norm_heads(qkv + Q * elem_, L.k_norm_w, rows, m.num_kv_heads, m.head_dim, W, eps,
+                   opts_.dtype, stream);
+  }
+  if (m.positions == Positions::Rope) {
+    OpScope scope(observer_, "rope", l, stream);
+    rope(qkv, qkv + Q * elem_, positions_.as<std::int32_t>(), rows, m.num_heads, m.num_kv_heads,
+         m.head_dim, W, W, static_cast<float>(m.rope_theta), opts_.dtype, stream);
+  }
+  {
+    OpScope scope(observer_, "kv_write", l, stream);
+    const std::size_t row_bytes = static_cast<std::size_t>(KV) * elem_;
+    for (int b = 0; b < batch; ++b) {
+      const std::size_t dst_off =
+          (static_cast<std::size_t>(b) * opts_.max_context + pos0) * row_bytes;
+      const unsigned char* src = qkv + static_cast<std::size_t>(b) * tokens * W * elem_;
+      GPB_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<unsigned char*>(L.k_cache) + dst_off, row_bytes,
+                                       src + Q * elem_, W * elem_, row_bytes, tokens,
+                                       cudaMemcpyDeviceToDevice, stream));
+      GPB_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<unsigned char*>(L.v_cache) + dst_off, row_bytes,
+                                       src + (Q + KV) * elem_, W * elem_, row_bytes, tokens,
+                                       cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  {
+    OpScope scope(observer_, "attention", l, stream);
+    AttentionArgs a;
+    a.q = qkv;
+    a.k = L.k_cache;
+    a.v = L.v_cache;
+    a.out = attn_.get();
+    a.dtype = attn_dtype(opts_.dtype);
+    a.batch = batch;
+    a.q_tokens = tokens;
+    a.heads = m.num_heads;
+    a.kv_heads = m.num_kv_heads;
+    a.head_dim = m.head_dim;
+    a.q_pos0 = pos0;
+    a.max_context = opts_.max_context;
+    a.q_stride = W;
+    a.kv_stride = KV;
+    if (decode)
+      decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
+    else
+      prefill_attention(a, stream);
+  }
+  linear("attn_out", l, attn_.get(), L.out_w, L.out_b, tmp_.get(), rows, H, Q, stream);
+  {
+    // x += attention output; h = post-attention norm of x.
+    OpScope scope(observer_, "residual_norm", l, stream);
+    if (ln)
+      add_layer_norm(x_.get(), h_.get(), tmp_.get(), L.post_norm_w, L.post_norm_b, rows,
+                     static_cast<int>(H), eps, opts_.dtype, stream);
+    else
+      add_rms_norm(x_.get(), h_.get(), tmp_.get(), L.post_norm_w, rows, static_cast<int>(H), eps,
+                   opts_.dtype, stream);
+  }
+  const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
+  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, h_.get(), L.up_w, L.up_b, mlp_.get(), rows,
+         up_rows, H, stream);
+  {
+    OpScope scope(observer_, "mlp_act", l, stream);
+    if (m.gated_mlp)
+      swiglu(act_.get(), mlp_.get(), rows, static_cast<int>(I), opts_.dtype, stream);
+    else if (m.activation == Activation::Relu)
+      relu(act_.get(), mlp_.get(), rows * I, opts_.dtype, stream);
+    else
+      gelu(act_.get(), mlp_.get(), rows * I, m.activation == Activation::GeluTanh, opts_.dtype,
+           stream);
+  }
+  linear("mlp_down", l, act_.get(), L.down_w, L.down_b, tmp_.get(), rows, H, I, stream);
+  {
+    OpScope scope(observer_, "residual", l, stream);
+    residual_add(x_.get(), tmp_.get(), rows * H, opts_.dtype, stream);
+  }
+}
+
+}  // namespace gpubench::model
