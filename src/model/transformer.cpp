@@ -188,6 +188,34 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
 
 Transformer::~Transformer() = default;
 
+const void* Transformer::parameter(const std::string& name, int layer) const {
+  if (layer < 0) {
+    if (name == "embed") return embed_;
+    if (name == "lm_head") return lm_head_;
+    if (name == "final_norm_w") return final_norm_w_;
+    if (name == "final_norm_b") return final_norm_b_;
+  } else if (layer < layers_) {
+    const Layer& L = *layer_[static_cast<std::size_t>(layer)];
+    const std::pair<const char*, const void*> all[] = {{"in_norm_w", L.in_norm_w},
+                                                       {"in_norm_b", L.in_norm_b},
+                                                       {"qkv_w", L.qkv_w},
+                                                       {"qkv_b", L.qkv_b},
+                                                       {"q_norm_w", L.q_norm_w},
+                                                       {"k_norm_w", L.k_norm_w},
+                                                       {"out_w", L.out_w},
+                                                       {"out_b", L.out_b},
+                                                       {"post_norm_w", L.post_norm_w},
+                                                       {"post_norm_b", L.post_norm_b},
+                                                       {"up_w", L.up_w},
+                                                       {"up_b", L.up_b},
+                                                       {"down_w", L.down_w},
+                                                       {"down_b", L.down_b}};
+    for (const auto& [n, p] : all)
+      if (name == n) return p;
+  }
+  throw InputError(fmt::format("engine: no parameter '{}' in layer {}", name, layer));
+}
+
 const std::int32_t* Transformer::tokens(int batch, int tokens, std::uint64_t seed,
                                         cudaStream_t stream) {
   fill_tokens(ids_.as<std::int32_t>(), static_cast<std::int64_t>(batch) * tokens, model_.vocab_size,

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -97,4 +98,138 @@ TEST(Transformer, EveryPresetRunsOneLayer) {
     EXPECT_GT(t.memory().weights, 0u);
     EXPECT_GT(t.memory().kv_cache, 0u);
   }
+}
+
+namespace {
+
+float rb(float x) {  // round to bf16 and back, as the GPU stores every op's output
+  return __bfloat162float(__float2bfloat16(x));
+}
+
+std::vector<float> fetch(const void* p, std::size_t n) {
+  std::vector<__nv_bfloat16> raw(n);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  GPB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
+}
+
+using Rows = std::vector<std::vector<float>>;
+
+Rows rms(const Rows& x, const std::vector<float>& w, float eps) {
+  Rows y = x;
+  for (auto& row : y) {
+    float ss = 0;
+    for (float v : row) ss += v * v;
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(row.size()) + eps);
+    for (std::size_t c = 0; c < row.size(); ++c) row[c] = rb(row[c] * r * w[c]);
+  }
+  return y;
+}
+
+// Y[t][n] = sum_k X[t][k] W[n][k], W [out, in] row-major.
+Rows matmul(const Rows& x, const std::vector<float>& w, std::size_t out) {
+  const std::size_t in = x[0].size();
+  Rows y(x.size(), std::vector<float>(out));
+  for (std::size_t t = 0; t < x.size(); ++t)
+    for (std::size_t n = 0; n < out; ++n) {
+      double s = 0;
+      for (std::size_t k = 0; k < in; ++k) s += static_cast<double>(x[t][k]) * w[n * in + k];
+      y[t][n] = rb(static_cast<float>(s));
+    }
+  return y;
+}
+
+// HF rotate_half on `heads` heads of `hd` starting at column `col0` of each row.
+void rope_host(Rows& x, std::size_t col0, int heads, int hd, float theta) {
+  for (std::size_t t = 0; t < x.size(); ++t)
+    for (int h = 0; h < heads; ++h) {
+      float* v = x[t].data() + col0 + static_cast<std::size_t>(h) * hd;
+      for (int i = 0; i < hd / 2; ++i) {
+        const float inv = static_cast<float>(std::pow(static_cast<double>(theta), -2.0 * i / hd));
+        const float ang = static_cast<float>(t) * inv;
+        const float c = std::cos(ang), s = std::sin(ang), x1 = v[i], x2 = v[i + hd / 2];
+        v[i] = rb(x1 * c - x2 * s);
+        v[i + hd / 2] = rb(x2 * c + x1 * s);
+      }
+    }
+}
+
+}  // namespace
+
+// A two-layer tiny Llama (RMSNorm, RoPE, grouped-query heads, SwiGLU, own LM head) recomputed
+// on the host from the engine's own weights, rounding to bf16 where the GPU stores.
+TEST(Transformer, PrefillMatchesHostReference) {
+  DeviceGuard guard(kGpu);
+  const ModelConfig m = tiny_llama();
+  EngineOptions o;
+  o.max_batch = 1;
+  o.max_tokens = 16;
+  o.max_context = 32;
+  Transformer t(m, o, kGpu);
+  Stream s(kGpu);
+  const int T = 9;
+  const std::int32_t* ids = t.tokens(1, T, 7, s.get());
+  t.prefill(ids, 1, T, s.get());
+  const auto got = logits_of(t, 1, m.vocab_size);
+  std::vector<std::int32_t> id(T);
+  GPB_CUDA_CHECK(cudaMemcpy(id.data(), ids, T * 4, cudaMemcpyDeviceToHost));
+
+  const int H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  const int hd = m.head_dim, group = m.num_heads / m.num_kv_heads;
+  const float eps = static_cast<float>(m.norm_eps), theta = static_cast<float>(m.rope_theta);
+  const auto embed = fetch(t.parameter("embed"), static_cast<std::size_t>(m.vocab_size) * H);
+  Rows x(T, std::vector<float>(H));
+  for (int i = 0; i < T; ++i)
+    std::copy_n(embed.begin() + static_cast<std::ptrdiff_t>(id[i]) * H, H, x[i].begin());
+  for (int l = 0; l < t.layers(); ++l) {
+    Rows h = rms(x, fetch(t.parameter("in_norm_w", l), H), eps);
+    Rows qkv = matmul(h, fetch(t.parameter("qkv_w", l), std::size_t(Q + 2 * KV) * H), Q + 2 * KV);
+    rope_host(qkv, 0, m.num_heads, hd, theta);
+    rope_host(qkv, Q, m.num_kv_heads, hd, theta);
+    Rows attn(T, std::vector<float>(Q));
+    for (int i = 0; i < T; ++i)
+      for (int hh = 0; hh < m.num_heads; ++hh) {
+        const int g = hh / group;
+        std::vector<double> sc(i + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int c = 0; c < hd; ++c) d += qkv[i][hh * hd + c] * qkv[j][Q + g * hd + c];
+          sc[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, sc[j]);
+        }
+        double den = 0;
+        for (int j = 0; j <= i; ++j) den += std::exp(sc[j] - mx);
+        for (int c = 0; c < hd; ++c) {
+          double num = 0;
+          for (int j = 0; j <= i; ++j) num += std::exp(sc[j] - mx) * qkv[j][Q + KV + g * hd + c];
+          attn[i][hh * hd + c] = rb(static_cast<float>(num / den));
+        }
+      }
+    const Rows o_proj = matmul(attn, fetch(t.parameter("out_w", l), std::size_t(H) * Q), H);
+    for (int i = 0; i < T; ++i)
+      for (int c = 0; c < H; ++c) x[i][c] = rb(x[i][c] + o_proj[i][c]);
+    h = rms(x, fetch(t.parameter("post_norm_w", l), H), eps);
+    const Rows gu = matmul(h, fetch(t.parameter("up_w", l), std::size_t(2 * I) * H), 2 * I);
+    Rows act(T, std::vector<float>(I));
+    for (int i = 0; i < T; ++i)
+      for (int c = 0; c < I; ++c) {
+        const float g = gu[i][c];
+        act[i][c] = rb(g / (1.0f + std::exp(-g)) * gu[i][I + c]);
+      }
+    const Rows down = matmul(act, fetch(t.parameter("down_w", l), std::size_t(H) * I), H);
+    for (int i = 0; i < T; ++i)
+      for (int c = 0; c < H; ++c) x[i][c] = rb(x[i][c] + down[i][c]);
+  }
+  const Rows last = rms(Rows{x[T - 1]}, fetch(t.parameter("final_norm_w"), H), eps);
+  const Rows want =
+      matmul(last, fetch(t.parameter("lm_head"), std::size_t(m.vocab_size) * H), m.vocab_size);
+  float scale = 0;
+  for (float v : want[0]) scale = std::max(scale, std::fabs(v));
+  int wrong = 0;
+  for (int v = 0; v < m.vocab_size; ++v)
+    wrong += !(std::fabs(got[v] - want[0][v]) <= 0.03f * scale);
+  EXPECT_EQ(wrong, 0) << "max |logit| " << scale;
 }

@@ -77,6 +77,12 @@ class Transformer {
 
   void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
 
+  // A weight by name, for checks that recompute the model elsewhere: "embed", "lm_head",
+  // "final_norm_w", "final_norm_b", and per layer "in_norm_w", "in_norm_b", "qkv_w", "qkv_b",
+  // "q_norm_w", "k_norm_w", "out_w", "out_b", "post_norm_w", "post_norm_b", "up_w", "up_b",
+  // "down_w", "down_b" (null when the model has no such tensor). Throws on an unknown name.
+  const void* parameter(const std::string& name, int layer = -1) const;
+
  private:
   struct Layer;
   void forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
