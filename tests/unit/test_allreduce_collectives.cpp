@@ -8,6 +8,7 @@
 #include "../../src/modules/allreduce/allreduce.hpp"
 #include "collectives.cuh"
 #include "gpubench/core/errors.hpp"
+#include "input_error.hpp"
 
 using namespace gpubench;
 using namespace gpubench::allreduce;
@@ -20,19 +21,12 @@ const Collective& coll(Kind k) {
   throw std::logic_error("no such collective");
 }
 
+using gpubench::testing::contains;
+
 // The InputError message of `f`, or "" when it does not throw one.
 template <class F>
 std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return gpubench::testing::input_error_of(f);
 }
 
 constexpr std::uint64_t MiB = 1ull << 20;

@@ -10,6 +10,7 @@
 
 #include "../../src/modules/bandwidth/bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
+#include "input_error.hpp"
 
 using namespace gpubench;
 using namespace gpubench::bandwidth;
@@ -18,12 +19,7 @@ namespace {
 
 // The InputError message of resolving `o`, or "" when it resolves.
 std::string error_of(const Options& o, bool quick = false) {
-  try {
-    (void)resolve_settings(o, quick);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return gpubench::testing::input_error_of([&] { (void)resolve_settings(o, quick); });
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) {

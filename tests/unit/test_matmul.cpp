@@ -10,6 +10,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/result.hpp"
+#include "input_error.hpp"
 
 using namespace gpubench;
 using namespace gpubench::matmul;
@@ -17,17 +18,10 @@ using namespace gpubench::matmul;
 namespace {
 
 std::string error_of(const Options& o, bool quick = false) {
-  try {
-    (void)resolve_settings(o, quick);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return gpubench::testing::input_error_of([&] { (void)resolve_settings(o, quick); });
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using gpubench::testing::contains;
 
 }  // namespace
 

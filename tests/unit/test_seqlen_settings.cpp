@@ -6,6 +6,7 @@
 
 #include "../../src/modules/seqlen/seqlen.hpp"
 #include "gpubench/core/errors.hpp"
+#include "input_error.hpp"
 
 using namespace gpubench;
 using namespace gpubench::seqlen;
@@ -13,16 +14,11 @@ using namespace gpubench::seqlen;
 namespace {
 
 std::string error_of(const Options& o, bool quick = false) {
-  try {
-    (void)resolve_settings(o, quick);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return gpubench::testing::input_error_of([&] { (void)resolve_settings(o, quick); });
 }
 
 bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+  return gpubench::testing::contains(text, part);
 }
 
 }  // namespace
