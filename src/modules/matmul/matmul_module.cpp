@@ -53,6 +53,14 @@ const CaseOutcome* slowest(const std::vector<CaseOutcome>& outs) {
   return worst;
 }
 
+// The steady rate of a held case: the median of the last half of its iterations.
+double steady_tflops(const CaseOutcome& o) {
+  const auto& samples = o.measurement.samples;
+  std::vector<double> tail(samples.begin() + static_cast<long>(samples.size() / 2), samples.end());
+  std::sort(tail.begin(), tail.end());
+  return TFLOPs(gemm_flops(o.spec.shape) * o.repeats, tail[tail.size() / 2]);
+}
+
 class MatmulModule final : public Module {
  public:
   std::string name() const override { return "matmul"; }
@@ -355,27 +363,17 @@ class MatmulModule final : public Module {
       CaseResult r = to_case_result(out, peak(t), benches.size() > 1);
       r.group = fmt::format("{} sustained for {} s", to_string(t), s.sustained);
       if (out.ok) {
-        const auto& samples = out.measurement.samples;
-        std::vector<double> tail(samples.begin() + static_cast<long>(samples.size() / 2),
-                                 samples.end());
-        std::sort(tail.begin(), tail.end());
-        const double steady = TFLOPs(gemm_flops(spec.shape) * out.repeats, tail[tail.size() / 2]);
-        const double first = TFLOPs(gemm_flops(spec.shape) * out.repeats, samples.front());
-        r.metric("steady_tflops", steady, "TFLOP/s");
+        const double first =
+            TFLOPs(gemm_flops(spec.shape) * out.repeats, out.measurement.samples.front());
+        r.metric("steady_tflops", steady_tflops(out), "TFLOP/s");
         r.metric("first_iteration_tflops", first, "TFLOP/s");
         r.params["held_s"] = s.sustained;
       }
       report.add(std::move(r));
     }
-    if (const CaseOutcome* w = slowest(outs)) {
-      const auto& samples = w->measurement.samples;
-      std::vector<double> tail(samples.begin() + static_cast<long>(samples.size() / 2),
-                               samples.end());
-      std::sort(tail.begin(), tail.end());
-      report.set_headline(std::string("sustained_") + to_string(t) + "_tflops",
-                          TFLOPs(gemm_flops(spec.shape) * w->repeats, tail[tail.size() / 2]),
+    if (const CaseOutcome* w = slowest(outs))
+      report.set_headline(std::string("sustained_") + to_string(t) + "_tflops", steady_tflops(*w),
                           "TFLOP/s");
-    }
   }
 
   Options opts_;
