@@ -72,6 +72,17 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
           int num_kv_heads, int head_dim, std::int64_t q_stride, std::int64_t k_stride, float theta,
           ActDtype dtype, cudaStream_t stream);
 
+// The attention inputs of a step into the KV caches, fused: for each token t of the fused qkv
+// buffer [tokens, qkv_stride] (q heads, then k heads, then v heads, head_dim each), with
+// `rope`, q is rotated in place and k rotated (as rope() does, bit for bit); then k and v are
+// written to row b*max_context + positions[t] of k_cache and v_cache [batch, max_context,
+// num_kv_heads*head_dim], b = t / tokens_per_seq. Without `rope` (learned positions) k and v are
+// copied as they are. head_dim even and at most kMaxRopeHeadDim.
+void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
+                  int num_kv_heads, int head_dim, std::int64_t qkv_stride,
+                  const std::int32_t* positions, bool rope, float theta, void* k_cache,
+                  void* v_cache, std::int64_t max_context, ActDtype dtype, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Activations, bias and residual adds, embeddings
 

@@ -175,6 +175,69 @@ __global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int6
   }
 }
 
+
+// One work item: 8 rotation pairs (elements c..c+7 and c+half..c+half+7) of one head of one
+// token; q heads are rotated in place, k heads rotated into the cache, v heads copied (their
+// items cover the same element ranges, unrotated). 16-byte accesses when head_dim/2 is a
+// multiple of 8, else one pair at a time (kChunk 1).
+template <class T, int kChunk>
+__global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_seq,
+                                    int num_heads, int num_kv_heads, int head_dim,
+                                    std::int64_t qkv_stride, const std::int32_t* positions,
+                                    bool rope, double log2_theta, T* k_cache, T* v_cache,
+                                    std::int64_t max_context) {
+  __shared__ float inv_freq[kMaxRopeHeadDim / 2];
+  const int half = head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    inv_freq[i] = static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+  }
+  __syncthreads();
+  const int heads = num_heads + 2 * num_kv_heads;
+  const int chunks = half / kChunk;
+  const std::int64_t kv_dim = static_cast<std::int64_t>(num_kv_heads) * head_dim;
+  const std::int64_t items = tokens * heads * chunks;
+  for (std::int64_t idx = thread_index(); idx < items; idx += grid_threads()) {
+    const int c = static_cast<int>(idx % chunks) * kChunk;
+    const int head = static_cast<int>((idx / chunks) % heads);
+    const std::int64_t t = idx / chunks / heads;
+    const int pos = positions[t];
+    T* src = qkv + t * qkv_stride + static_cast<std::int64_t>(head) * head_dim;
+    T* dst = src;  // q: in place
+    if (head >= num_heads) {
+      const std::int64_t row = (t / tokens_per_seq) * max_context + pos;
+      const bool is_k = head < num_heads + num_kv_heads;
+      const int g = head - num_heads - (is_k ? 0 : num_kv_heads);
+      dst = (is_k ? k_cache : v_cache) + row * kv_dim + static_cast<std::int64_t>(g) * head_dim;
+      if (!is_k || !rope) {  // v (or k without RoPE): copied
+        if constexpr (kChunk == 8) {
+          *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
+          *reinterpret_cast<uint4*>(dst + c + half) =
+              *reinterpret_cast<const uint4*>(src + c + half);
+        } else {
+          dst[c] = src[c];
+          dst[c + half] = src[c + half];
+        }
+        continue;
+      }
+    } else if (!rope) {
+      continue;  // q without RoPE stays as it is
+    }
+    float x1[kChunk], x2[kChunk];
+    load<kChunk>(src + c, x1);
+    load<kChunk>(src + c + half, x2);
+    float y1[kChunk], y2[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      float sin_a, cos_a;
+      sincosf(static_cast<float>(pos) * inv_freq[c + j], &sin_a, &cos_a);
+      y1[j] = x1[j] * cos_a - x2[j] * sin_a;
+      y2[j] = x2[j] * cos_a + x1[j] * sin_a;
+    }
+    store<kChunk>(dst + c, y1);
+    store<kChunk>(dst + c + half, y2);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fills
 
@@ -236,6 +299,43 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
     rope_kernel<T><<<grid_for(pairs, 2048), kThreads, 0, stream>>>(
         static_cast<T*>(q), static_cast<T*>(k), positions, tokens, num_heads, num_kv_heads,
         head_dim, q_stride, k_stride, log2_theta);
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
+                  int num_kv_heads, int head_dim, std::int64_t qkv_stride,
+                  const std::int32_t* positions, bool rope, float theta, void* k_cache,
+                  void* v_cache, std::int64_t max_context, ActDtype dtype, cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim)
+    throw InputError("qkv_to_cache: head_dim " + std::to_string(head_dim) +
+                     " must be even and at most " + std::to_string(kMaxRopeHeadDim));
+  if (rope && (!(theta > 1.0f) || !std::isfinite(theta)))
+    throw InputError("qkv_to_cache: theta " + std::to_string(theta) +
+                     " must be a finite number above 1");
+  if (tokens_per_seq < 1 || qkv_stride < static_cast<std::int64_t>(num_heads + 2 * num_kv_heads) *
+                                             head_dim)
+    throw InputError("qkv_to_cache: tokens_per_seq below 1 or a row shorter than its heads");
+  if (tokens <= 0) return;
+  const int half = head_dim / 2;
+  const bool vec = half % 8 == 0 && qkv_stride % 8 == 0 && aligned16(qkv) && aligned16(k_cache) &&
+                   aligned16(v_cache);
+  const double log2_theta = rope ? std::log2(static_cast<double>(theta)) : 0.0;
+  const std::int64_t heads = num_heads + 2 * num_kv_heads;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto* x = static_cast<T*>(qkv);
+    auto* kc = static_cast<T*>(k_cache);
+    auto* vc = static_cast<T*>(v_cache);
+    if (vec)
+      qkv_to_cache_kernel<T, 8><<<grid_for(tokens * heads * (half / 8), 4096), kThreads, 0,
+                                  stream>>>(x, tokens, tokens_per_seq, num_heads, num_kv_heads,
+                                            head_dim, qkv_stride, positions, rope, log2_theta,
+                                            kc, vc, max_context);
+    else
+      qkv_to_cache_kernel<T, 1><<<grid_for(tokens * heads * half, 4096), kThreads, 0, stream>>>(
+          x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim, qkv_stride, positions,
+          rope, log2_theta, kc, vc, max_context);
   });
   GPB_CHECK_LAUNCH();
 }

@@ -11,6 +11,7 @@ ModulePtr make_env_module();
 ModulePtr make_bandwidth_module();
 ModulePtr make_allreduce_module();
 ModulePtr make_matmul_module();
+ModulePtr make_seqlen_module();
 
 namespace {
 
@@ -40,8 +41,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_bandwidth_module());
   m.push_back(make_allreduce_module());
   m.push_back(make_matmul_module());
-  m.push_back(std::make_unique<PlannedModule>(
-      "seqlen", "LLM prefill/decode latency against sequence length and batch"));
+  m.push_back(make_seqlen_module());
   m.push_back(std::make_unique<PlannedModule>(
       "tp", "Tensor-parallel transformer: speed-up, efficiency, communication"));
   m.push_back(std::make_unique<PlannedModule>(

@@ -63,6 +63,25 @@ class OpScope {
 
 }  // namespace
 
+const char* to_string(AttentionPath p) {
+  switch (p) {
+    case AttentionPath::Auto:
+      return "auto";
+    case AttentionPath::Cudnn:
+      return "cudnn";
+    case AttentionPath::Own:
+      return "own";
+  }
+  return "?";
+}
+
+AttentionPath parse_attention_path(const std::string& text) {
+  if (text == "auto") return AttentionPath::Auto;
+  if (text == "cudnn") return AttentionPath::Cudnn;
+  if (text == "own") return AttentionPath::Own;
+  throw InputError(fmt::format("--attention: '{}' is not auto, cudnn or own", text));
+}
+
 struct Transformer::Layer {
   void* in_norm_w = nullptr;
   void* in_norm_b = nullptr;
@@ -108,6 +127,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
     throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  attention_ = std::make_unique<AttentionRunner>(device_, opts_.attention);
   Stream setup(device_);
   cudaStream_t s = setup.get();
   const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
@@ -300,7 +320,9 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
       rms_norm(out, in, w, rows, static_cast<int>(H), eps, opts_.dtype, stream);
   };
 
-  norm("input_norm", h_.get(), x_.get(), L.in_norm_w, L.in_norm_b);
+  // From the second layer on, the previous layer's last residual add already left this layer's
+  // input norm in h (one fused kernel).
+  if (l == 0) norm("input_norm", h_.get(), x_.get(), L.in_norm_w, L.in_norm_b);
   linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
   auto* qkv = qkv_.as<unsigned char>();
   if (m.qk_norm) {
@@ -309,25 +331,13 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     rms_norm_heads(qkv + Q * elem_, L.k_norm_w, rows, m.num_kv_heads, m.head_dim, W, eps,
                    opts_.dtype, stream);
   }
-  if (m.positions == Positions::Rope) {
-    OpScope scope(observer_, "rope", l, stream);
-    rope(qkv, qkv + Q * elem_, positions_.as<std::int32_t>(), rows, m.num_heads, m.num_kv_heads,
-         m.head_dim, W, W, static_cast<float>(m.rope_theta), opts_.dtype, stream);
-  }
   {
-    OpScope scope(observer_, "kv_write", l, stream);
-    const std::size_t row_bytes = static_cast<std::size_t>(KV) * elem_;
-    for (int b = 0; b < batch; ++b) {
-      const std::size_t dst_off =
-          (static_cast<std::size_t>(b) * opts_.max_context + pos0) * row_bytes;
-      const unsigned char* src = qkv + static_cast<std::size_t>(b) * tokens * W * elem_;
-      GPB_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<unsigned char*>(L.k_cache) + dst_off, row_bytes,
-                                       src + Q * elem_, W * elem_, row_bytes, tokens,
-                                       cudaMemcpyDeviceToDevice, stream));
-      GPB_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<unsigned char*>(L.v_cache) + dst_off, row_bytes,
-                                       src + (Q + KV) * elem_, W * elem_, row_bytes, tokens,
-                                       cudaMemcpyDeviceToDevice, stream));
-    }
+    // RoPE on q and k, k and v into the caches: one kernel.
+    const bool rotary = m.positions == Positions::Rope;
+    OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
+    qkv_to_cache(qkv, rows, tokens, m.num_heads, m.num_kv_heads, m.head_dim, W,
+                 positions_.as<std::int32_t>(), rotary, static_cast<float>(m.rope_theta),
+                 L.k_cache, L.v_cache, opts_.max_context, opts_.dtype, stream);
   }
   {
     OpScope scope(observer_, "attention", l, stream);
@@ -346,10 +356,16 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     a.max_context = opts_.max_context;
     a.q_stride = W;
     a.kv_stride = KV;
-    if (decode)
+    if (decode) {
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
-    else
-      prefill_attention(a, stream);
+    } else {
+      if (l == 0) {  // every layer has the same shapes
+        attention_path_ = attention_->prepare(a);
+        attention_note_ = attention_->note();
+        if (attention_path_.empty()) throw InputError("--attention cudnn: " + attention_note_);
+      }
+      attention_->run(a, stream);
+    }
   }
   linear("attn_out", l, attn_.get(), L.out_w, L.out_b, tmp_.get(), rows, H, Q, stream);
   {
@@ -376,7 +392,17 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
            stream);
   }
   linear("mlp_down", l, act_.get(), L.down_w, L.down_b, tmp_.get(), rows, H, I, stream);
-  {
+  if (l + 1 < layers_) {
+    // x += MLP output; h = the next layer's input norm of x.
+    const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
+    OpScope scope(observer_, "mlp_residual_norm", l, stream);
+    if (ln)
+      add_layer_norm(x_.get(), h_.get(), tmp_.get(), next.in_norm_w, next.in_norm_b, rows,
+                     static_cast<int>(H), eps, opts_.dtype, stream);
+    else
+      add_rms_norm(x_.get(), h_.get(), tmp_.get(), next.in_norm_w, rows, static_cast<int>(H), eps,
+                   opts_.dtype, stream);
+  } else {
     OpScope scope(observer_, "residual", l, stream);
     residual_add(x_.get(), tmp_.get(), rows * H, opts_.dtype, stream);
   }

@@ -115,7 +115,29 @@ TEST(Cli, NegativeIters) {
   expect_bad_input(run("bandwidth --iters -3"), "iters");
 }
 TEST(Cli, PlannedModuleSaysNotAvailable) {
-  expect_bad_input(run("seqlen"), "not available yet");
+  expect_bad_input(run("tp"), "not available yet");
+}
+
+TEST(Cli, SeqlenBadInput) {
+  expect_bad_input(run("seqlen --model no-such-model"), "no-such-model");
+  expect_bad_input(run("seqlen --model-config /nonexistent/config.json"), "config.json");
+  expect_bad_input(run("seqlen --seq-lens 0"), "--seq-lens");
+  expect_bad_input(run("seqlen --seq-lens 512,abc"), "--seq-lens");
+  expect_bad_input(run("seqlen --batch-sizes 1:8:x1"), "--batch-sizes");
+  expect_bad_input(run("seqlen --dtype fp8_e4m3"), "--dtype");
+  expect_bad_input(run("seqlen --layers 33"), "--layers");
+  expect_bad_input(run("seqlen --attention flash"), "--attention");
+  expect_bad_input(run("seqlen --model llama-2-7b --seq-lens 8192"), "--force-length");
+  expect_bad_input(run("seqlen --model opt-125m --seq-lens 4096"), "learned position");
+}
+
+TEST(Cli, SeqlenIncompleteModelConfig) {
+  const auto p = write_config("config.json", R"({"model_type": "llama", "hidden_size": 4096})");
+  expect_bad_input(run("seqlen --model-config " + p.string()), "config.json");
+  const auto h = write_config("bad_heads.json", R"({"model_type": "llama", "hidden_size": 4100,
+    "intermediate_size": 11008, "num_hidden_layers": 2, "num_attention_heads": 32,
+    "vocab_size": 32000, "max_position_embeddings": 4096})");
+  expect_bad_input(run("seqlen --model-config " + h.string()), "bad_heads.json");
 }
 
 TEST(Cli, MatmulBadInput) {

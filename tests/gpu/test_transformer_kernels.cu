@@ -426,6 +426,59 @@ TEST(TransformerRope, SeparateBuffersAndQueryOnly) {
       InputError);
 }
 
+// The fused RoPE + cache write equals rope() on the fused buffer followed by copies of k and v
+// into each sequence's cache rows, bit for bit; without RoPE it only copies; other cache rows are
+// untouched.
+TEST(TransformerRope, QkvToCacheEqualsRopeThenCopies) {
+  DeviceGuard guard(kGpu);
+  for (ActDtype d : kDtypes)
+    for (int head_dim : {128, 64, 6})
+      for (bool rotary : {true, false}) {
+        SCOPED_TRACE(label(d, "head_dim " + std::to_string(head_dim) +
+                                  (rotary ? " rope" : " no rope")));
+        const int heads = 8, kv_heads = 2, batch = 3, per_seq = 5, pos0 = 9, max_context = 20;
+        const std::int64_t tokens = batch * per_seq, kv_dim = kv_heads * head_dim;
+        const std::int64_t stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim;
+        std::vector<std::int32_t> positions(tokens);
+        for (std::int64_t t = 0; t < tokens; ++t) positions[t] = pos0 + t % per_seq;
+        const Bits qkv = random_bits(d, tokens * stride, 77 + head_dim, -2.0f, 2.0f);
+        const Bits sentinel = random_bits(d, batch * max_context * kv_dim, 78, -1.0f, 1.0f);
+        DeviceBuffer dqkv = upload(qkv), dpos = upload(positions), kc = upload(sentinel),
+                     vc = upload(sentinel);
+        qkv_to_cache(dqkv.get(), tokens, per_seq, heads, kv_heads, head_dim, stride,
+                     dpos.as<std::int32_t>(), rotary, 10000.0f, kc.get(), vc.get(), max_context,
+                     d, nullptr);
+        const Bits got_qkv = download(dqkv.get(), qkv.size());
+        const Bits got_k = download(kc.get(), sentinel.size());
+        const Bits got_v = download(vc.get(), sentinel.size());
+
+        DeviceBuffer ref = upload(qkv);
+        auto* base = ref.as<std::uint16_t>();
+        if (rotary)
+          rope(base, base + heads * head_dim, dpos.as<std::int32_t>(), tokens, heads, kv_heads,
+               head_dim, stride, stride, 10000.0f, d, nullptr);
+        const Bits want = download(base, qkv.size());
+        Bits want_k = sentinel, want_v = sentinel;
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          const std::int64_t row = (t / per_seq) * max_context + positions[t];
+          for (std::int64_t i = 0; i < kv_dim; ++i) {
+            want_k[row * kv_dim + i] = want[t * stride + heads * head_dim + i];
+            want_v[row * kv_dim + i] = want[t * stride + heads * head_dim + kv_dim + i];
+          }
+        }
+        for (std::int64_t t = 0; t < tokens; ++t)  // q in place; k and v left as they were
+          EXPECT_TRUE(std::equal(got_qkv.begin() + t * stride,
+                                 got_qkv.begin() + t * stride + heads * head_dim,
+                                 want.begin() + t * stride))
+              << "q of token " << t;
+        EXPECT_TRUE(got_k == want_k) << "k cache";
+        EXPECT_TRUE(got_v == want_v) << "v cache";
+      }
+  EXPECT_THROW(qkv_to_cache(nullptr, 1, 1, 1, 1, 7, 21, nullptr, true, 10000.0f, nullptr, nullptr,
+                            1, ActDtype::BF16, nullptr),
+               InputError);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Activations, adds, embeddings
 

@@ -2,6 +2,8 @@
 // (learned tables cut, RoPE past its context only when forced or by default), bad input.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "../../src/modules/seqlen/seqlen.hpp"
@@ -88,4 +90,68 @@ TEST(SeqlenSettings, BadInputNamesTheOption) {
   o = Options{};
   o.layers = 2;
   EXPECT_EQ(resolve_settings(o, true).layers, 2);
+}
+
+TEST(SeqlenSettings, AttentionPathAndHeadDim) {
+  Options o;
+  EXPECT_EQ(resolve_settings(o, false).attention, model::AttentionPath::Auto);
+  o.attention = "own";
+  EXPECT_EQ(resolve_settings(o, false).to_json()["attention"], "own");
+  o.attention = "flash";
+  EXPECT_TRUE(has(error_of(o), "--attention"));
+}
+
+TEST(SeqlenAnalysis, OpKindsCoverEveryEngineOp) {
+  for (const char* op : {"qkv", "attn_out", "mlp_gate_up", "mlp_up", "mlp_down", "lm_head"})
+    EXPECT_EQ(op_kind(op), "gemm") << op;
+  for (const char* op : {"input_norm", "residual_norm", "mlp_residual_norm", "qk_norm",
+                         "final_norm"})
+    EXPECT_EQ(op_kind(op), "norm") << op;
+  EXPECT_EQ(op_kind("attention"), "attention");
+  EXPECT_EQ(op_kind("rope_kv_cache"), "rope");
+  EXPECT_EQ(op_kind("kv_write"), "kv_cache");
+  EXPECT_EQ(op_kind("mlp_act"), "activation");
+  EXPECT_EQ(op_kind("residual"), "residual");
+  EXPECT_EQ(op_kind("embedding"), "embedding");
+  EXPECT_EQ(op_kind("something_new"), "other");
+}
+
+TEST(SeqlenAnalysis, OpTimesShare) {
+  OpTimes t;
+  EXPECT_EQ(t.share("gemm"), 0.0);
+  t.by_kind_s = {{"gemm", 3.0}, {"attention", 1.0}};
+  t.total_s = 4.0;
+  EXPECT_DOUBLE_EQ(t.share("gemm"), 0.75);
+  EXPECT_DOUBLE_EQ(t.share("attention"), 0.25);
+  EXPECT_EQ(t.share("rope"), 0.0);
+}
+
+TEST(SeqlenAnalysis, LongestFittingPromptFollowsTheMemoryPlan) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  const std::uint64_t gib = 1ull << 30;
+  // 140 GiB free: the longest prompt is a multiple of 128 that fits, and one step more does not.
+  const std::int64_t l = longest_fitting(m, 8, 200, 2, 140 * gib, 1 << 20);
+  ASSERT_GT(l, 0);
+  EXPECT_EQ(l % 128, 0);
+  EXPECT_TRUE(model::fits(model::memory_plan(m, 8, l + 200, 2), 140 * gib));
+  EXPECT_FALSE(model::fits(model::memory_plan(m, 8, l + 128 + 200, 2), 140 * gib));
+  // More sequences fit less; weights alone above the free memory fit nothing.
+  EXPECT_LT(longest_fitting(m, 16, 200, 2, 140 * gib, 1 << 20), l);
+  EXPECT_EQ(longest_fitting(m, 1, 200, 2, 10 * gib, 1 << 20), 0);
+  // The cap bounds the answer.
+  EXPECT_EQ(longest_fitting(m, 1, 200, 2, 140 * gib, 4096), 4096);
+}
+
+TEST(SeqlenSettings, HeadDimTheKernelsLackAndNoModel) {
+  const auto path = std::filesystem::temp_directory_path() / "gpubench_seqlen_head_dim_96.json";
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 3072, "head_dim": 96,
+    "intermediate_size": 8192, "num_hidden_layers": 2, "num_attention_heads": 32,
+    "vocab_size": 32000, "max_position_embeddings": 4096})";
+  Options o;
+  o.model_config = path.string();
+  EXPECT_TRUE(has(error_of(o), "head_dim 96"));
+  std::filesystem::remove(path);
+  o.model_config = "";
+  o.model = "";
+  EXPECT_TRUE(has(error_of(o), "--model"));
 }

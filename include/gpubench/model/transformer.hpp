@@ -20,9 +20,40 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/model/presets.hpp"
+#include "attention.cuh"
 #include "transformer.cuh"
 
 namespace gpubench::model {
+
+// Prefill attention: cuDNN's fused flash attention where it loads and accepts the shapes (Auto
+// falls back to gpubench's own kernel, Cudnn refuses to), or always the own kernel.
+enum class AttentionPath { Auto, Cudnn, Own };
+const char* to_string(AttentionPath p);
+// "auto" | "cudnn" | "own"; InputError naming --attention otherwise.
+AttentionPath parse_attention_path(const std::string& text);
+
+// Prefill attention through the chosen path: cuDNN's fused attention for the shapes it accepts
+// (plans cached per shape), else gpubench's own flash-attention kernel.
+class AttentionRunner {
+ public:
+  AttentionRunner(int device, AttentionPath path);
+  ~AttentionRunner();
+  AttentionRunner(const AttentionRunner&) = delete;
+  AttentionRunner& operator=(const AttentionRunner&) = delete;
+  // Readies `a` (plans, workspace) and returns the path that will run it: "cudnn" or "own";
+  // "" when none may (cuDNN asked for and unusable), note() then says why. Not during capture.
+  std::string prepare(const AttentionArgs& a);
+  // Runs `a` on the path prepare() chose for its shape (prepare() first when it is new).
+  void run(const AttentionArgs& a, cudaStream_t stream);
+  // Why cuDNN did not run the last prepared shape ("" when it did or was not asked for).
+  const std::string& note() const noexcept { return note_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  AttentionPath path_;
+  std::string note_;
+};
 
 struct EngineOptions {
   ActDtype dtype = ActDtype::BF16;
@@ -31,6 +62,7 @@ struct EngineOptions {
   int max_tokens = 2048;   // prompt tokens per sequence in one prefill
   int max_context = 2048;  // positions the KV cache holds per sequence
   std::uint64_t seed = 1;  // weights
+  AttentionPath attention = AttentionPath::Auto;
 };
 
 // Called around every operation of a step (for per-op CUDA-event timing); `layer` is -1 outside
@@ -77,6 +109,11 @@ class Transformer {
 
   void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
 
+  // The prefill attention path the last prefill used ("cudnn" or "own"), and why cuDNN was not
+  // used when it was not ("" otherwise).
+  const std::string& attention_path() const noexcept { return attention_path_; }
+  const std::string& attention_note() const noexcept { return attention_note_; }
+
   // A weight by name, for checks that recompute the model elsewhere: "embed", "lm_head",
   // "final_norm_w", "final_norm_b", and per layer "in_norm_w", "in_norm_b", "qkv_w", "qkv_b",
   // "q_norm_w", "k_norm_w", "out_w", "out_b", "post_norm_w", "post_norm_b", "up_w", "up_b",
@@ -119,6 +156,8 @@ class Transformer {
   // Activations for max_batch * max_tokens rows.
   DeviceBuffer x_, h_, qkv_, attn_, tmp_, mlp_, act_, positions_, ids_, last_, logits_, attn_ws_;
   int sm_count_ = 0;
+  std::unique_ptr<AttentionRunner> attention_;
+  std::string attention_path_ = "own", attention_note_;
 };
 
 }  // namespace gpubench::model

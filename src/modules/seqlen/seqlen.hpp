@@ -1,13 +1,20 @@
 #pragma once
-// Private interface of `gpubench seqlen` (being built; the subcommand is not registered yet):
-// options and resolved settings of the prefill/decode sweep over sequence length and batch.
+// Private interface of `gpubench seqlen`: options and resolved settings of the prefill/decode
+// sweep over sequence length and batch, one point's measurement on the GPU, and the host-side
+// arithmetic around it (op kinds, knees).
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/measure.hpp"
+#include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/model/transformer.hpp"
 #include "transformer.cuh"
 
 namespace gpubench::seqlen {
@@ -24,6 +31,7 @@ struct Options {
   int layers = 0;              // > 0: only this many decoder layers (full model by default)
   bool force_length = false;   // allow lengths past the model's max_position_embeddings
   bool profile_layer = false;  // per-op breakdown of one layer in detail
+  std::string attention = "auto";  // prefill attention: auto (cuDNN where it runs), cudnn, own
 };
 
 struct Settings {
@@ -32,6 +40,7 @@ struct Settings {
   std::vector<std::int64_t> seq_lens, batch_sizes, output_lens;  // ascending, unique
   ActDtype dtype = ActDtype::BF16;
   bool force_length = false, profile_layer = false;
+  model::AttentionPath attention = model::AttentionPath::Auto;
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
@@ -43,5 +52,62 @@ Settings resolve_settings(const Options& o, bool quick);
 // each in [1, max]. Throws InputError naming `option`.
 std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
                                        std::int64_t max);
+
+// The model as run: `layers` decoder layers of it (for the cost model and memory plan).
+model::ModelConfig model_as_run(const Settings& s);
+
+// The kind an engine operation belongs to in the breakdown: "gemm" (qkv, attn_out, mlp_*,
+// lm_head), "attention", "norm" (input_norm, residual_norm, mlp_residual_norm, qk_norm,
+// final_norm), "rope" (rope_kv_cache: RoPE fused with the cache write), "activation" (mlp_act),
+// "residual", "kv_cache" (kv_write), "embedding"; "other" otherwise.
+std::string op_kind(const std::string& op);
+
+// Per-operation GPU times of one step, from CUDA events around every operation.
+struct OpTimes {
+  std::map<std::string, double> by_op_s;    // summed over layers
+  std::map<std::string, double> by_kind_s;  // op_kind of each op
+  std::map<std::string, double> layer_s;    // one layer's ops (the profiled layer)
+  double total_s = 0;                       // sum of every op
+  double share(const std::string& kind) const;  // by_kind_s[kind] / total_s (0 when empty)
+};
+
+// One (batch, prompt length) point.
+struct PointOutcome {
+  std::int64_t batch = 1, length = 0;
+  std::string status = "ok";  // ok | skipped | failed
+  std::string note;
+  Measurement prefill, decode;                 // one prefill; one decode step at context length
+  std::map<std::int64_t, double> e2e_s;        // output length -> prefill + its decode steps
+  OpTimes prefill_ops, decode_ops;             // one eager step each, with events per op
+  model::EngineMemory engine;                  // what the engine allocated, by purpose
+  std::uint64_t measured_bytes = 0;            // GPU memory taken while the point ran (peak)
+  model::MemoryPlan plan;                      // the cost model's plan for the point
+  double check_error = 0;                      // decode-after-prefill vs prefill, relative L2
+  std::string attention_path;                  // which prefill attention ran
+};
+
+// Runs one point on `gpu`: memory check (skipped with the reason when it cannot fit), engine
+// built for exactly this point, the decode-after-prefill check, prefill and decode measured,
+// the generation loop for every output length (CUDA graphs, one per decode step), breakdowns.
+PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t batch,
+                       std::int64_t length);
+
+// Prefill attention alone (batch 1, the model's heads): one path timed, its output checked
+// against the plain reference kernel.
+struct AttentionOutcome {
+  std::int64_t length = 0;
+  std::string path;  // "cudnn" | "own"
+  std::string status = "ok", note;
+  Measurement m;
+  double flops = 0, tflops = 0, max_error = 0;  // error relative to the reference's max |value|
+};
+AttentionOutcome run_attention_alone(Context& ctx, int gpu, const Settings& s,
+                                     std::int64_t length, model::AttentionPath path);
+
+// The longest prompt (a multiple of 128 up to `cap`) whose memory plan fits `free_bytes`
+// for `batch` sequences generating `generate` tokens; 0 when none does.
+std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
+                             std::int64_t generate, int elem_bytes, std::uint64_t free_bytes,
+                             std::int64_t cap);
 
 }  // namespace gpubench::seqlen

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
@@ -72,6 +73,10 @@ Settings resolve_settings(const Options& o, bool quick) {
     if (trim(o.model).empty()) throw InputError("--model: give a preset or --model-config");
     s.model = model::load_preset(trim(o.model));
   }
+  if (s.model.head_dim != 64 && s.model.head_dim != 128)
+    throw InputError(fmt::format("{}: head_dim {} is not supported by the engine's attention "
+                                 "kernels (64 or 128)",
+                                 s.model.name, s.model.head_dim));
   const std::string dt = trim(o.dtype);
   if (dt == "bf16") {
     s.dtype = ActDtype::BF16;
@@ -96,6 +101,7 @@ Settings resolve_settings(const Options& o, bool quick) {
                  quick ? std::vector<std::int64_t>{50} : std::vector<std::int64_t>{50, 100, 200});
   s.force_length = o.force_length;
   s.profile_layer = o.profile_layer;
+  s.attention = model::parse_attention_path(trim(o.attention));
   // The longest context a point reaches: its prompt plus the tokens it generates. A learned
   // position table has no rows past max_positions; RoPE computes any position, so only lengths
   // asked for explicitly past the model's context need --force-length, and the default sweep
@@ -139,7 +145,49 @@ nlohmann::ordered_json Settings::to_json() const {
   return {{"model", model.to_json()},     {"layers", layers},
           {"seq_lens", seq_lens},         {"batch_sizes", batch_sizes},
           {"output_lens", output_lens},   {"dtype", to_string(dtype)},
-          {"force_length", force_length}, {"profile_layer", profile_layer}};
+          {"force_length", force_length}, {"profile_layer", profile_layer},
+          {"attention", model::to_string(attention)}};
+}
+
+model::ModelConfig model_as_run(const Settings& s) {
+  model::ModelConfig m = s.model;
+  m.num_layers = s.layers;
+  return m;
+}
+
+std::string op_kind(const std::string& op) {
+  static const std::map<std::string, std::string> kinds = {
+      {"qkv", "gemm"},           {"attn_out", "gemm"},       {"mlp_gate_up", "gemm"},
+      {"mlp_up", "gemm"},        {"mlp_down", "gemm"},       {"lm_head", "gemm"},
+      {"attention", "attention"}, {"input_norm", "norm"},    {"residual_norm", "norm"},
+      {"qk_norm", "norm"},       {"final_norm", "norm"},     {"rope", "rope"},
+      {"mlp_act", "activation"}, {"residual", "residual"},   {"kv_write", "kv_cache"},
+      {"rope_kv_cache", "rope"},  {"mlp_residual_norm", "norm"},
+      {"embedding", "embedding"}};
+  const auto it = kinds.find(op);
+  return it == kinds.end() ? "other" : it->second;
+}
+
+double OpTimes::share(const std::string& kind) const {
+  const auto it = by_kind_s.find(kind);
+  return it == by_kind_s.end() || total_s <= 0 ? 0.0 : it->second / total_s;
+}
+
+std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
+                             std::int64_t generate, int elem_bytes, std::uint64_t free_bytes,
+                             std::int64_t cap) {
+  auto fits_at = [&](std::int64_t len) {
+    return model::fits(model::memory_plan(m, batch, len + generate, elem_bytes), free_bytes);
+  };
+  std::int64_t lo = 0, hi = cap / 128;  // in units of 128 tokens
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (fits_at(mid * 128))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo * 128;
 }
 
 }  // namespace gpubench::seqlen
