@@ -19,7 +19,7 @@ Modes:
   bandwidth      HBM, host<->GPU and GPU<->GPU bandwidth and latency
   allreduce      NCCL collectives: busbw sweeps, verified (like nccl-tests)
   matmul         GEMM TFLOP/s and MFU per data type and size, verified
-  sequence       transformer inference over sequence length (not available yet)
+  sequence       LLM prefill/decode latency against sequence length and batch
   tp             tensor-parallel inference              (not available yet)
   pp             pipeline-parallel inference            (not available yet)
 
@@ -50,9 +50,9 @@ not_yet=0
 case "$mode" in
   quick) command_args=(all --config config/quick.ini) ;;
   comprehensive) command_args=(all --config config/default.ini) ;;
-  env | bandwidth | allreduce | matmul) command_args=("$mode") ;;
+  env | bandwidth | allreduce | matmul | seqlen) command_args=("$mode") ;;
   tp | pp) command_args=("$mode") not_yet=1 ;;
-  sequence | seqlen) command_args=(seqlen) not_yet=1 ;;
+  sequence) command_args=(seqlen) ;;
   help) usage && exit 0 ;;
   *)
     say "unknown mode '$mode' (modes: quick, comprehensive, env, bandwidth, allreduce, matmul," \
