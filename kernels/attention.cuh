@@ -40,9 +40,11 @@ AttentionArgs resolved_attention_args(AttentionArgs a);
 void attention_reference(const AttentionArgs& a, cudaStream_t stream);
 
 // Prefill: causal attention of q_tokens queries per sequence (positions q_pos0 ..) over keys
-// 0 .. q_pos0 + q_tokens - 1, fused in the flash-attention way: tiles of 64 queries x 64 keys on
-// tensor cores (WMMA, fp32 accumulation), an online softmax, no L x L matrix in memory.
-// head_dim 64 or 128; strides multiples of 8 elements and 16-byte aligned pointers.
+// 0 .. q_pos0 + q_tokens - 1, fused in the flash-attention way: tiles of 128 queries x 64 keys on
+// tensor cores (mma.sync m16n8k16, fp32 accumulation), K/V tiles double-buffered with cp.async,
+// an online softmax in registers, no L x L matrix in memory. head_dim 64 or 128; strides
+// multiples of 8 elements and 16-byte aligned pointers; heads a multiple of kv_heads and
+// q_pos0 + q_tokens <= max_context (else GpuError).
 void prefill_attention(const AttentionArgs& a, cudaStream_t stream);
 
 // Decode: one query token per sequence (q_tokens == 1) over positions 0..q_pos0. The context is

@@ -1,135 +1,431 @@
-// Decode attention: one query token per sequence over its KV cache. Each block takes one (batch,
-// head) and one chunk of the context; its warps walk keys with an online softmax, lanes holding
-// head_dim/32 elements each; a second kernel merges the chunks' partial results.
+// Decode attention: one query token per sequence over its KV cache, a memory-bound stream of K and
+// V. One block takes one (sequence, KV head, chunk of the context) and serves every query head of
+// that KV group (up to 8 at once), so the cache is read once per group. In the block, lane groups
+// of head_dim/8 lanes each own one key at a time (8 elements, 16 bytes, a lane) and run their own
+// online softmax. K and V rows reach the lanes through a per-thread ring of shared-memory stages
+// filled by cp.async, several steps ahead: deep memory parallelism without holding the loads in
+// registers. The lane groups are merged in the block, the chunks by a second kernel (skipped
+// with one chunk).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
-#include "transformer.cuh"
+#include "gpubench/core/errors.hpp"
 
 namespace gpubench {
 
 namespace {
 
-using transformer_detail::from_float;
-using transformer_detail::to_float;
-
 constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+// The engine sizes its workspace for 64 chunks (decode_workspace_bytes(.., 64)): never ask more.
+constexpr int kMaxAutoSplits = 64;
+// Chunks shorter than this cost more in per-block overhead than they win in parallelism.
+constexpr int kMinChunk = 64;
+// Largest split count decode_attention takes (the merge keeps 3 floats a chunk in shared memory).
+constexpr int kMaxSplits = 1024;
+constexpr float kLog2e = 1.4426950408889634f;
 
-// Partial result of one chunk: running max m, sum l, and unnormalized acc[head_dim].
-__device__ inline float* partial_at(float* ws, int bh, int split, int splits, int head_dim) {
-  return ws + (static_cast<std::int64_t>(bh) * splits + split) * (2 + head_dim);
+// Query heads a block serves: the GQA group rounded up to 1, 2, 4 or 8 (larger groups take
+// several blocks per KV head).
+int heads_per_block(int group) {
+  return group <= 1 ? 1 : group == 2 ? 2 : group <= 4 ? 4 : 8;
+}
+// Keys each lane group takes per step, and shared-memory stages (steps) in the ring: kStages-1
+// steps of K and V rows are in flight while one is computed. 3 stages x 4 keys x (K, V) x 16
+// bytes x 128 threads = 48 KiB, the most a block gets without opting in.
+constexpr int kKeysPerStep = 4;
+constexpr int kStages = 3;
+constexpr std::size_t kStageBytes =
+    static_cast<std::size_t>(kStages) * kKeysPerStep * 2 * kThreads * sizeof(uint4);
+// Blocks per SM the kernel is built for (__launch_bounds__ caps the registers to fit them): the
+// splits fill exactly this many per SM, so all blocks run in one wave and finish together. 4 x
+// 48 KiB of stages fit an SM's 228 KiB; 8 query heads need more registers than 4 blocks allow.
+constexpr int blocks_per_sm(int hb) {
+  return hb <= 4 ? 4 : 2;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kWarps * 32)
-    decode_split_kernel(AttentionArgs a, int splits, float* ws) {
-  constexpr int kPer = D / 32;  // elements per lane
-  __shared__ float sm[kWarps], sl[kWarps], sacc[kWarps][D];
-  const int bh = blockIdx.x, split = blockIdx.y;
-  const int b = bh / a.heads, h = bh % a.heads;
-  const int g = h / (a.heads / a.kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int keys = a.q_pos0 + 1;
-  const int chunk = (keys + splits - 1) / splits;
-  const int begin = split * chunk, end = min(keys, begin + chunk);
+struct DecodeParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* ws_o;   // [batch*heads*splits][D] unnormalized outputs of each chunk
+  float* ws_ml;  // [batch*heads*splits][2] running max (log2 units) and sum of each chunk
+  std::int64_t q_stride, kv_stride;
+  int heads, kv_heads, group, hsub, max_context, keys, splits, chunk;
+  float qscale;  // softmax scale * log2(e): scores in log2 units, exponentials via exp2f
+};
 
-  const T* q = static_cast<const T*>(a.q) + static_cast<std::int64_t>(b) * a.q_stride +
-               static_cast<std::int64_t>(h) * D;
-  float qv[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) qv[i] = to_float(q[lane * kPer + i]) * a.scale;
-
-  float m = -INFINITY, l = 0, acc[kPer] = {};
-  const T* kbase = static_cast<const T*>(a.k) + static_cast<std::int64_t>(g) * D + lane * kPer;
-  const T* vbase = static_cast<const T*>(a.v) + static_cast<std::int64_t>(g) * D + lane * kPer;
-  for (int j = begin + warp; j < end; j += kWarps) {
-    const std::int64_t row = (static_cast<std::int64_t>(b) * a.max_context + j) * a.kv_stride;
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) s += qv[i] * to_float(kbase[row + i]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float m_new = fmaxf(m, s);
-    const float correction = expf(m - m_new);
-    const float p = expf(s - m_new);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[i] = acc[i] * correction + p * to_float(vbase[row + i]);
-    l = l * correction + p;
-    m = m_new;
-  }
-  // Merge the warps, then write the block's partial.
-  if (lane == 0) {
-    sm[warp] = m;
-    sl[warp] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) sacc[warp][lane * kPer + i] = acc[i];
-  __syncthreads();
-  float mb = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) mb = fmaxf(mb, sm[w]);
-  float* out = partial_at(ws, bh, split, splits, D);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float sum = 0;
-    for (int w = 0; w < kWarps; ++w)
-      if (sl[w] > 0) sum += sacc[w][d] * expf(sm[w] - mb);
-    out[2 + d] = sum;
-  }
-  if (threadIdx.x == 0) {
-    float lb = 0;
-    for (int w = 0; w < kWarps; ++w)
-      if (sl[w] > 0) lb += sl[w] * expf(sm[w] - mb);
-    out[0] = mb;
-    out[1] = lb;
-  }
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <class T, int D>
-__global__ void decode_combine_kernel(AttentionArgs a, int splits, const float* ws) {
-  const int bh = blockIdx.x;
-  const int b = bh / a.heads, h = bh % a.heads;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) {
-    const float* p = partial_at(const_cast<float*>(ws), bh, s, splits, D);
-    if (p[1] > 0) mx = fmaxf(mx, p[0]);
-  }
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float num = 0, den = 0;
-    for (int s = 0; s < splits; ++s) {
-      const float* p = partial_at(const_cast<float*>(ws), bh, s, splits, D);
-      if (p[1] <= 0) continue;  // an empty chunk
-      const float w = expf(p[0] - mx);
-      num += p[2 + d] * w;
-      den += p[1] * w;
+// 16 bytes read once (the query): read-only during the kernel, not worth a place in L1.
+__device__ __forceinline__ uint4 load_once(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// 8 packed bf16 / fp16 values to floats.
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      static_assert(sizeof(h) == sizeof(w[i]));
+      memcpy(&h, &w[i], sizeof(h));
+      const float2 v = __half22float2(h);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
     }
-    static_cast<T*>(
-        a.out)[static_cast<std::int64_t>(b) * a.heads * D + static_cast<std::int64_t>(h) * D + d] =
-        from_float<T>(num / den);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T to_storage(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_storage<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half to_storage<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Grid: x = (b * kv_heads + g) * hsub + sub (sub: which HB-head slice of the group), y = chunk.
+// Dynamic shared memory: kStageBytes, the cp.async ring, reused for the final merge.
+template <class T, int D, int HB>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
+    decode_split_kernel(const DecodeParams p) {
+  constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
+  constexpr int GPW = 32 / P;       // lane groups per warp
+  constexpr int NG = kWarps * GPW;  // lane groups per block
+  constexpr int U = kKeysPerStep;
+  constexpr int kStep = NG * U;  // keys per block step
+  constexpr unsigned kFull = 0xffffffffu;
+  extern __shared__ uint4 ring[];  // [kStages][U][K, V][kThreads]: each thread its own slots
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int gi = warp * GPW + lane / P, li = lane % P;
+  int bx = blockIdx.x;
+  const int sub = bx % p.hsub;
+  bx /= p.hsub;
+  const int g = bx % p.kv_heads, b = bx / p.kv_heads;
+  const int split = blockIdx.y;
+  const int h0 = g * p.group + sub * HB;       // first query head of the block
+  const int nh = min(HB, p.group - sub * HB);  // its heads (the rest of HB is padding)
+  const int begin = min(p.keys, split * p.chunk), end = min(p.keys, begin + p.chunk);
+  const int steps = (end - begin + kStep - 1) / kStep;
+
+  const std::int64_t cache_row0 = static_cast<std::int64_t>(b) * p.max_context;
+  const T* kb = static_cast<const T*>(p.k) + cache_row0 * p.kv_stride + g * D + li * 8;
+  const T* vb = static_cast<const T*>(p.v) + cache_row0 * p.kv_stride + g * D + li * 8;
+  // Step `step` of the chunk into ring stage step % kStages. Keys past the end re-read the last
+  // key (an L2 hit; masked below). Every call commits a group, empty past the last step, so the
+  // wait below always means "the step kStages-1 groups back has landed".
+  auto issue = [&](int step) {
+    if (step < steps) {
+      const int base = begin + step * kStep;
+      uint4* st = ring + (step % kStages) * U * 2 * kThreads + tid;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const std::int64_t row = min(base + u * NG + gi, end - 1) * p.kv_stride;
+        cp_async16(st + (2 * u) * kThreads, kb + row);
+        cp_async16(st + (2 * u + 1) * kThreads, vb + row);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+  // This lane's 8 elements of each query head, pre-scaled; padding heads score 0 and are dropped.
+  float q[HB][8];
+  {
+    const T* qb = static_cast<const T*>(p.q) + static_cast<std::int64_t>(b) * p.q_stride +
+                  static_cast<std::int64_t>(h0) * D + li * 8;
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh) {
+      if (hh < nh) {
+        unpack8<T>(load_once(qb + hh * D), q[hh]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[hh][i] *= p.qscale;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) q[hh][i] = 0;
+      }
+    }
+  }
+
+  float m[HB], l[HB], acc[HB][8];
+#pragma unroll
+  for (int hh = 0; hh < HB; ++hh) {
+    m[hh] = -INFINITY;
+    l[hh] = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[hh][i] = 0;
+  }
+
+  // Lane group gi takes keys base + u*NG + gi: neighbouring groups read neighbouring rows, and a
+  // short last step is spread over all groups. The trip count is the same for every thread.
+  for (int it = 0; it < steps; ++it) {
+    issue(it + kStages - 1);
+    cp_async_wait<kStages - 1>();  // this thread's copies of step `it` have landed
+    const uint4* st = ring + (it % kStages) * U * 2 * kThreads + tid;
+    const int base = begin + it * kStep;
+    float s[U][HB];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8<T>(st[(2 * u) * kThreads], kf);
+#pragma unroll
+      for (int hh = 0; hh < HB; ++hh) {
+        float dot = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dot = fmaf(q[hh][i], kf[i], dot);
+        s[u][hh] = dot;
+      }
+    }
+    // Sum the partial dot products over the key's P lanes; every lane gets the full score.
+#pragma unroll
+    for (int off = P / 2; off > 0; off /= 2)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int hh = 0; hh < HB; ++hh) s[u][hh] += __shfl_xor_sync(kFull, s[u][hh], off);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * NG + gi >= end) {
+#pragma unroll
+        for (int hh = 0; hh < HB; ++hh) s[u][hh] = -INFINITY;
+      }
+    }
+
+    // Online softmax: rescale by the new running max, then s becomes the probabilities.
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh) {
+      float mt = m[hh];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mt = fmaxf(mt, s[u][hh]);
+      const float ms = mt == -INFINITY ? 0.f : mt;  // nothing seen yet: keep everything at 0
+      const float corr = exp2f(m[hh] - ms);
+      m[hh] = mt;
+      l[hh] *= corr;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[hh][i] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        s[u][hh] = exp2f(s[u][hh] - ms);
+        l[hh] += s[u][hh];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      unpack8<T>(st[(2 * u + 1) * kThreads], vf);
+#pragma unroll
+      for (int hh = 0; hh < HB; ++hh)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[hh][i] = fmaf(s[u][hh], vf[i], acc[hh][i]);
+    }
+  }
+  cp_async_wait<0>();  // only empty groups are left; the ring is free after the barrier
+
+  // Merge the warp's lane groups (lanes P apart), then the warps through shared memory.
+#pragma unroll
+  for (int off = P; off < 32; off *= 2)
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh) {
+      const float mo = __shfl_xor_sync(kFull, m[hh], off);
+      const float lo = __shfl_xor_sync(kFull, l[hh], off);
+      const float mn = fmaxf(m[hh], mo), ms = mn == -INFINITY ? 0.f : mn;
+      const float mine = exp2f(m[hh] - ms), theirs = exp2f(mo - ms);
+      l[hh] = l[hh] * mine + lo * theirs;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        acc[hh][i] = acc[hh][i] * mine + __shfl_xor_sync(kFull, acc[hh][i], off) * theirs;
+      m[hh] = mn;
+    }
+  __syncthreads();  // every thread is done with its ring slots
+  float(*s_acc)[HB][D] = reinterpret_cast<float(*)[HB][D]>(ring);  // [kWarps][HB][D]
+  float(*s_m)[HB] = reinterpret_cast<float(*)[HB]>(ring + kWarps * HB * D / 4);
+  float(*s_l)[HB] = s_m + kWarps;
+  if (lane < P) {
+#pragma unroll
+    for (int hh = 0; hh < HB; ++hh) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s_acc[warp][hh][li * 8 + i] = acc[hh][i];
+      if (lane == 0) {
+        s_m[warp][hh] = m[hh];
+        s_l[warp][hh] = l[hh];
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < nh * D; idx += kThreads) {
+    const int hh = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][hh]);
+    const float ms = mx == -INFINITY ? 0.f : mx;
+    float o = 0, sum = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(s_m[w][hh] - ms);
+      o += s_acc[w][hh][d] * f;
+      sum += s_l[w][hh] * f;
+    }
+    const std::int64_t bh = static_cast<std::int64_t>(b) * p.heads + h0 + hh;
+    if (p.splits == 1) {
+      static_cast<T*>(p.out)[bh * D + d] = to_storage<T>(sum > 0 ? o / sum : 0.f);
+    } else {
+      const std::int64_t part = bh * p.splits + split;
+      p.ws_o[part * D + d] = o;
+      if (d == 0) {
+        p.ws_ml[2 * part] = mx;
+        p.ws_ml[2 * part + 1] = sum;
+      }
+    }
+  }
+}
+
+// One block per (sequence, query head): weights of the chunks from their maxima, then slices of
+// the block sum the chunks' outputs (float4 columns) and one slice writes the normalized result.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int C = D / 4;         // float4 columns
+  constexpr int S = kThreads / C;  // slices over the chunks
+  extern __shared__ float sh[];    // m, l and weight of each chunk
+  __shared__ float4 red[S][C];
+  const int splits = p.splits;
+  float* sm = sh;
+  float* sl = sh + splits;
+  float* sw = sl + splits;
+  const std::int64_t bh = blockIdx.x;
+  const float* ml = p.ws_ml + bh * splits * 2;
+  for (int s = threadIdx.x; s < splits; s += kThreads) {
+    sm[s] = ml[2 * s];
+    sl[s] = ml[2 * s + 1];
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s)
+    if (sl[s] > 0) mx = fmaxf(mx, sm[s]);
+  for (int s = threadIdx.x; s < splits; s += kThreads)
+    sw[s] = sl[s] > 0 ? exp2f(sm[s] - mx) : 0.f;  // empty chunks weigh nothing
+  __syncthreads();
+
+  const int c = threadIdx.x % C, slice = threadIdx.x / C;
+  const float4* o = reinterpret_cast<const float4*>(p.ws_o + bh * splits * D);
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (int s = slice; s < splits; s += S) {
+    const float w = sw[s];
+    if (w == 0) continue;
+    const float4 v = o[static_cast<std::int64_t>(s) * C + c];
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  red[slice][c] = acc;
+  __syncthreads();
+  if (slice != 0) return;
+  float sum = 0;
+  for (int s = 0; s < splits; ++s) sum += sw[s] * sl[s];
+  const float inv = sum > 0 ? 1.f / sum : 0.f;
+  float4 t = red[0][c];
+#pragma unroll
+  for (int i = 1; i < S; ++i) {
+    t.x += red[i][c].x;
+    t.y += red[i][c].y;
+    t.z += red[i][c].z;
+    t.w += red[i][c].w;
+  }
+  T* out = static_cast<T*>(p.out) + bh * D + c * 4;
+  out[0] = to_storage<T>(t.x * inv);
+  out[1] = to_storage<T>(t.y * inv);
+  out[2] = to_storage<T>(t.z * inv);
+  out[3] = to_storage<T>(t.w * inv);
+}
+
+template <class T, int D, int HB>
+void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
+  DecodeParams p = p0;
+  p.hsub = (p.group + HB - 1) / HB;
+  const dim3 grid(static_cast<unsigned>(batch * p.kv_heads * p.hsub),
+                  static_cast<unsigned>(p.splits));
+  // The ring wants several blocks' 48 KiB per SM: ask for the largest shared-memory carveout
+  // (a host-side attribute of the current device's function, cheap to set on every call).
+  GPB_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<T, D, HB>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  decode_split_kernel<T, D, HB><<<grid, kThreads, kStageBytes, stream>>>(p);
+  GPB_CHECK_LAUNCH();
+  if (p.splits > 1) {
+    const std::size_t smem = 3 * static_cast<std::size_t>(p.splits) * sizeof(float);
+    decode_merge_kernel<T, D><<<batch * p.heads, kThreads, smem, stream>>>(p);
+    GPB_CHECK_LAUNCH();
   }
 }
 
 template <class T, int D>
-void launch(const AttentionArgs& a, int splits, float* ws, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.batch * a.heads), static_cast<unsigned>(splits));
-  decode_split_kernel<T, D><<<grid, kWarps * 32, 0, stream>>>(a, splits, ws);
-  GPB_CHECK_LAUNCH();
-  decode_combine_kernel<T, D><<<a.batch * a.heads, D, 0, stream>>>(a, splits, ws);
-  GPB_CHECK_LAUNCH();
+void launch_heads(const DecodeParams& p, int batch, cudaStream_t stream) {
+  switch (heads_per_block(p.group)) {
+    case 1:
+      return launch<T, D, 1>(p, batch, stream);
+    case 2:
+      return launch<T, D, 2>(p, batch, stream);
+    case 4:
+      return launch<T, D, 4>(p, batch, stream);
+    default:
+      return launch<T, D, 8>(p, batch, stream);
+  }
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
 }  // namespace
 
-int decode_attention_splits(const AttentionArgs& a, int sm_count) {
-  const int keys = a.q_pos0 + 1;
-  const int blocks = std::max(1, a.batch * a.heads);
-  // Enough blocks for two waves over the SMs, chunks of at least 64 keys, at most 64 chunks.
-  const int want = (2 * std::max(sm_count, 1) + blocks - 1) / blocks;
-  const int most = std::max(1, (keys + 63) / 64);
-  return std::clamp(std::min(want, most), 1, 64);
+int decode_attention_splits(const AttentionArgs& args, int sm_count) {
+  const AttentionArgs a = resolved_attention_args(args);
+  const int keys = std::max(1, a.q_pos0 + 1);
+  const int kv_heads = std::max(1, a.kv_heads);
+  const int group = std::max(1, a.heads / kv_heads);
+  const int hb = heads_per_block(group);
+  const int per_split = std::max(1, a.batch) * kv_heads * ((group + hb - 1) / hb);
+  // As many chunks as fill every SM with the blocks it holds at once (one wave: the blocks
+  // stream equal chunks side by side and finish together), never chunks under kMinChunk keys.
+  const int wave = blocks_per_sm(hb) * std::max(sm_count, 1);
+  const int fill = wave / per_split;
+  const int most = (keys + kMinChunk - 1) / kMinChunk;
+  return std::clamp(std::min(fill, most), 1, kMaxAutoSplits);
 }
 
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits) {
@@ -138,17 +434,44 @@ std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits) {
 
 void decode_attention(const AttentionArgs& args, int splits, void* workspace, cudaStream_t stream) {
   const AttentionArgs a = resolved_attention_args(args);
-  float* ws = static_cast<float*>(workspace);
+  if (a.head_dim != 64 && a.head_dim != 128)
+    throw InputError("decode_attention: head_dim must be 64 or 128");
+  if (a.q_tokens != 1 || a.batch < 1 || a.kv_heads < 1 || a.heads % a.kv_heads != 0 ||
+      a.q_pos0 < 0 || a.q_pos0 >= a.max_context)
+    throw InputError(
+        "decode_attention: needs one query token, heads a multiple of kv_heads and "
+        "q_pos0 inside the cache");
+  if (splits < 1 || splits > kMaxSplits)
+    throw InputError("decode_attention: splits must be in 1..1024");
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || a.q_stride % 8 != 0 ||
+      a.kv_stride % 8 != 0)
+    throw InputError("decode_attention: q, k, v need 16-byte alignment and strides of 8 elements");
+  DecodeParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  const std::size_t o_floats =
+      static_cast<std::size_t>(a.batch) * a.heads * splits * static_cast<std::size_t>(a.head_dim);
+  p.ws_o = static_cast<float*>(workspace);
+  p.ws_ml = p.ws_o + o_floats;
+  p.q_stride = a.q_stride;
+  p.kv_stride = a.kv_stride;
+  p.heads = a.heads;
+  p.kv_heads = a.kv_heads;
+  p.group = a.heads / a.kv_heads;
+  p.max_context = a.max_context;
+  p.keys = a.q_pos0 + 1;
+  p.splits = splits;
+  p.chunk = (p.keys + splits - 1) / splits;
+  p.qscale = a.scale * kLog2e;
   const bool bf16 = a.dtype == AttnDtype::BF16;
-  if (a.head_dim == 128) {
-    bf16 ? launch<__nv_bfloat16, 128>(a, splits, ws, stream)
-         : launch<__half, 128>(a, splits, ws, stream);
-  } else if (a.head_dim == 64) {
-    bf16 ? launch<__nv_bfloat16, 64>(a, splits, ws, stream)
-         : launch<__half, 64>(a, splits, ws, stream);
-  } else {
-    throw GpuError("decode_attention: head_dim must be 64 or 128");
-  }
+  if (a.head_dim == 128)
+    bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)
+         : launch_heads<__half, 128>(p, a.batch, stream);
+  else
+    bf16 ? launch_heads<__nv_bfloat16, 64>(p, a.batch, stream)
+         : launch_heads<__half, 64>(p, a.batch, stream);
 }
 
 }  // namespace gpubench

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "attention.cuh"
+#include "skinny_gemm.cuh"
 #include "gpubench/core/errors.hpp"
 #include "transformer_engine.cuh"
 
@@ -247,6 +248,12 @@ void Transformer::linear(const char* op, int l, const void* x, const void* w, co
                          void* y, std::int64_t rows, std::int64_t out, std::int64_t in,
                          cudaStream_t stream) {
   OpScope scope(observer_, op, l, stream);
+  if (rows <= skinny_gemm_max_rows() && skinny_gemm_supported(static_cast<int>(rows), in)) {
+    // Decode's few rows: a GEMV-like kernel that streams W at HBM speed, bias included.
+    skinny_gemm(x, w, bias, y, static_cast<int>(rows), out, in,
+                opts_.dtype == ActDtype::BF16 ? SkinnyDtype::BF16 : SkinnyDtype::F16, stream);
+    return;
+  }
   auto key = std::make_tuple(out, rows, in);
   auto it = plans_.find(key);
   if (it == plans_.end()) {

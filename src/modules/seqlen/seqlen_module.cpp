@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpubench/core/cudnn_attention.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/result.hpp"
@@ -108,6 +109,7 @@ class SeqlenModule final : public Module {
     if (!peak) report.warn("no dense peak known for this GPU: MFU is omitted");
     if (hbm <= 0) report.warn("HBM bandwidth unknown: decode's roofline share is omitted");
     report.extra["hbm_GBps_theoretical"] = hbm;
+    report.extra["cudnn"] = CudnnAttention::library_status();
     const model::ModelConfig m = model_as_run(s);
     const int elem = static_cast<int>(act_bytes(s.dtype));
 

@@ -1,0 +1,293 @@
+// Decode attention (one query token per sequence over a KV cache) against the reference kernel on
+// seeded random data: contexts from 1 to 5000 keys, grouped-query heads (groups of 1, 3, 4 and
+// 16, which take the padded and the multi-block head paths), batch 1 and 3, head_dim 64 and 128,
+// bf16 and fp16, strided q and caches as in the engine's fused qkv buffer, several split counts,
+// and a run captured in a CUDA graph. A last test prints the K/V read bandwidth of the decode
+// shapes of a 7B model (no bound asserted: it is for the record).
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "attention.cuh"
+#include "gemm_check.cuh"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+
+using namespace gpubench;
+
+namespace {
+
+constexpr int kGpu = 0;
+
+float host_value(const std::vector<std::uint16_t>& raw, std::size_t i, AttnDtype t) {
+  if (t == AttnDtype::BF16) {
+    __nv_bfloat16 x;
+    std::memcpy(&x, &raw[i], 2);
+    return __bfloat162float(x);
+  }
+  __half x;
+  std::memcpy(&x, &raw[i], 2);
+  return __half2float(x);
+}
+
+std::vector<std::uint16_t> to_host(const void* p, std::size_t n) {
+  std::vector<std::uint16_t> h(n);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  GPB_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// |got - want| <= 2^-7 |want| + 2e-3: both sides are rounded to the storage type once.
+bool close(float got, float want) {
+  return std::fabs(got - want) <= 0x1.0p-7f * std::fabs(want) + 2e-3f;
+}
+
+int sm_count() {
+  int sms = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, kGpu));
+  return sms;
+}
+
+struct Case {
+  AttnDtype dtype;
+  int batch, heads, kv_heads, head_dim, keys;
+  int q_pad = 0, kv_pad = 0;  // extra elements per row of q and of the caches (strided layouts)
+};
+
+// q [batch, q_stride] and caches [batch, max_context, kv_stride] filled from a seed; out
+// [batch, heads*d]. q_stride and kv_stride exceed the heads' width by the case's padding.
+struct Buffers {
+  AttentionArgs args;
+  DeviceBuffer q, k, v, out;
+  std::size_t out_elems = 0;
+  Buffers(const Case& c, std::uint64_t seed) {
+    args.dtype = c.dtype;
+    args.batch = c.batch;
+    args.q_tokens = 1;
+    args.heads = c.heads;
+    args.kv_heads = c.kv_heads;
+    args.head_dim = c.head_dim;
+    args.q_pos0 = c.keys - 1;
+    args.max_context = c.keys + 5;  // rows past the last key must not be read
+    args.q_stride = static_cast<std::int64_t>(c.heads) * c.head_dim + c.q_pad;
+    args.kv_stride = static_cast<std::int64_t>(c.kv_heads) * c.head_dim + c.kv_pad;
+    const std::size_t q_elems = static_cast<std::size_t>(c.batch) * args.q_stride;
+    const std::size_t kv_elems =
+        static_cast<std::size_t>(c.batch) * args.max_context * args.kv_stride;
+    out_elems = static_cast<std::size_t>(c.batch) * c.heads * c.head_dim;
+    q = DeviceBuffer(kGpu, q_elems * 2);
+    k = DeviceBuffer(kGpu, kv_elems * 2);
+    v = DeviceBuffer(kGpu, kv_elems * 2);
+    out = DeviceBuffer(kGpu, out_elems * 2);
+    const GemmElement e = c.dtype == AttnDtype::BF16 ? GemmElement::BF16 : GemmElement::F16;
+    fill_gemm_operand(q.get(), e, q_elems, seed, nullptr);
+    fill_gemm_operand(k.get(), e, kv_elems, seed + 1, nullptr);
+    fill_gemm_operand(v.get(), e, kv_elems, seed + 2, nullptr);
+    args.q = q.get();
+    args.k = k.get();
+    args.v = v.get();
+    args.out = out.get();
+  }
+};
+
+// Runs decode_attention with `splits` chunks and counts outputs off the reference `want`.
+int wrong_outputs(Buffers& bufs, int splits, const std::vector<std::uint16_t>& want) {
+  DeviceBuffer ws(kGpu, std::max<std::size_t>(decode_workspace_bytes(bufs.args, splits), 16));
+  GPB_CUDA_CHECK(cudaMemset(bufs.out.get(), 0xFF, bufs.out_elems * 2));  // NaN
+  decode_attention(bufs.args, splits, ws.get(), nullptr);
+  const auto got = to_host(bufs.out.get(), bufs.out_elems);
+  int wrong = 0;
+  for (std::size_t i = 0; i < bufs.out_elems; ++i)
+    wrong += !close(host_value(got, i, bufs.args.dtype), host_value(want, i, bufs.args.dtype));
+  return wrong;
+}
+
+}  // namespace
+
+TEST(DecodeAttention, MatchesReference) {
+  DeviceGuard guard(kGpu);
+  const int sms = sm_count();
+  int cases = 0;
+  for (AttnDtype dt : {AttnDtype::BF16, AttnDtype::F16})
+    for (int d : {64, 128})
+      for (int batch : {1, 3})
+        for (const auto& [heads, kv_heads] : {std::pair{8, 2}, std::pair{32, 8}})
+          for (int keys : {1, 7, 64, 1000, 5000}) {
+            const Case c{dt, batch, heads, kv_heads, d, keys};
+            Buffers bufs(c, 1000 + keys + d + batch);
+            attention_reference(bufs.args, nullptr);
+            const auto want = to_host(bufs.out.get(), bufs.out_elems);
+            const int automatic = decode_attention_splits(bufs.args, sms);
+            for (int splits : {automatic, 1, 7, 64}) {
+              EXPECT_EQ(wrong_outputs(bufs, splits, want), 0)
+                  << (dt == AttnDtype::BF16 ? "bf16" : "fp16") << " d " << d << " batch " << batch
+                  << " heads " << heads << "/" << kv_heads << " keys " << keys << " splits "
+                  << splits;
+              ++cases;
+            }
+          }
+  EXPECT_EQ(cases, 2 * 2 * 2 * 2 * 5 * 4);
+}
+
+// Groups that do not fill a block's heads (3 of 4), plain multi-head (1), groups larger than a
+// block (16: two blocks per KV head), and strided rows as in the engine's fused qkv buffer.
+TEST(DecodeAttention, GroupShapesAndStrides) {
+  DeviceGuard guard(kGpu);
+  const int sms = sm_count();
+  for (AttnDtype dt : {AttnDtype::BF16, AttnDtype::F16})
+    for (const Case& c :
+         {Case{dt, 2, 6, 2, 128, 777}, Case{dt, 1, 4, 4, 64, 300}, Case{dt, 2, 16, 1, 128, 2049},
+          Case{dt, 1, 12, 4, 64, 513, 2 * 4 * 64, 8}, Case{dt, 3, 8, 8, 128, 95, 16, 64},
+          Case{dt, 1, 40, 8, 128, 4100, 2 * 8 * 128, 0}}) {
+      Buffers bufs(c, 5000 + c.heads + c.keys);
+      attention_reference(bufs.args, nullptr);
+      const auto want = to_host(bufs.out.get(), bufs.out_elems);
+      for (int splits : {decode_attention_splits(bufs.args, sms), 1, 5})
+        EXPECT_EQ(wrong_outputs(bufs, splits, want), 0)
+            << "heads " << c.heads << "/" << c.kv_heads << " d " << c.head_dim << " keys " << c.keys
+            << " pads " << c.q_pad << "/" << c.kv_pad << " splits " << splits;
+    }
+}
+
+// Captured in a CUDA graph (no allocation, no synchronization inside) and replayed twice.
+TEST(DecodeAttention, CapturedInGraph) {
+  DeviceGuard guard(kGpu);
+  const Case c{AttnDtype::BF16, 2, 32, 8, 128, 3000};
+  Buffers bufs(c, 99);
+  attention_reference(bufs.args, nullptr);
+  const auto want = to_host(bufs.out.get(), bufs.out_elems);
+  const int splits = decode_attention_splits(bufs.args, sm_count());
+  ASSERT_GT(splits, 1);  // the merge kernel is part of the graph
+  DeviceBuffer ws(kGpu, decode_workspace_bytes(bufs.args, splits));
+  GPB_CUDA_CHECK(cudaMemset(bufs.out.get(), 0xFF, bufs.out_elems * 2));
+  Stream stream(kGpu);
+  cudaGraph_t graph = nullptr;
+  GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  decode_attention(bufs.args, splits, ws.get(), stream.get());
+  GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  stream.synchronize();
+  GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  GPB_CUDA_CHECK(cudaGraphDestroy(graph));
+  const auto got = to_host(bufs.out.get(), bufs.out_elems);
+  int wrong = 0;
+  for (std::size_t i = 0; i < bufs.out_elems; ++i)
+    wrong += !close(host_value(got, i, c.dtype), host_value(want, i, c.dtype));
+  EXPECT_EQ(wrong, 0);
+}
+
+// The engine sizes its workspace with decode_workspace_bytes(max_batch, heads, d, 64 splits):
+// the automatic split count never exceeds 64, fills the SMs for long contexts and stays at one
+// chunk for short ones.
+TEST(DecodeAttention, SplitChoice) {
+  for (int sms : {1, 78, 132, 144, 1000})
+    for (int batch : {1, 2, 8})
+      for (const auto& [heads, kv_heads] :
+           {std::pair{32, 32}, std::pair{32, 8}, std::pair{64, 8}, std::pair{32, 1}})
+        for (int keys : {1, 50, 512, 8192, 32768, 1 << 20}) {
+          AttentionArgs a;
+          a.batch = batch;
+          a.heads = heads;
+          a.kv_heads = kv_heads;
+          a.q_pos0 = keys - 1;
+          const int splits = decode_attention_splits(a, sms);
+          EXPECT_GE(splits, 1);
+          EXPECT_LE(splits, 64);
+          if (keys <= 64) EXPECT_EQ(splits, 1);
+        }
+  AttentionArgs a;
+  a.heads = 32;
+  a.kv_heads = 32;
+  a.q_pos0 = 8191;
+  EXPECT_GE(decode_attention_splits(a, 132), 8);  // 32 blocks alone would leave SMs idle
+  a.kv_heads = 8;
+  EXPECT_GE(decode_attention_splits(a, 132), 32);
+}
+
+TEST(DecodeAttention, RejectsBadArguments) {
+  AttentionArgs a;
+  a.heads = 8;
+  a.kv_heads = 3;  // not a divisor
+  a.max_context = 16;
+  EXPECT_THROW(decode_attention(a, 1, nullptr, nullptr), InputError);
+  a.kv_heads = 2;
+  a.head_dim = 96;
+  EXPECT_THROW(decode_attention(a, 1, nullptr, nullptr), InputError);
+  a.head_dim = 128;
+  EXPECT_THROW(decode_attention(a, 0, nullptr, nullptr), InputError);
+}
+
+// K/V read bandwidth of decode steps shaped like a 7B model (32 query heads, head_dim 128) with
+// 32 or 8 KV heads, for the record. Caches are rotated over more than 3x L2 so that every step
+// reads HBM.
+TEST(DecodeAttention, ReportBandwidth) {
+  DeviceGuard guard(kGpu);
+  const int sms = sm_count();
+  int l2 = 0, mem_khz = 0, bus_bits = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, kGpu));
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, kGpu));
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, kGpu));
+  const double peak = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // bytes/s (0 if not reported)
+  struct Shape {
+    int batch, kv_heads, keys;
+  };
+  const Shape shapes[] = {{1, 32, 512},  {1, 32, 2048}, {1, 32, 8192}, {1, 32, 32768},
+                          {1, 8, 512},   {1, 8, 8192},  {1, 8, 32768}, {8, 32, 512},
+                          {8, 32, 2048}, {8, 32, 8192}, {8, 8, 8192}};
+  Stream stream(kGpu);
+  Event start(kGpu), stop(kGpu);
+  for (const Shape& s : shapes) {
+    AttentionArgs a;
+    a.dtype = AttnDtype::BF16;
+    a.batch = s.batch;
+    a.heads = 32;
+    a.kv_heads = s.kv_heads;
+    a.head_dim = 128;
+    a.q_pos0 = s.keys - 1;
+    a.max_context = s.keys;
+    const std::size_t cache_bytes =
+        static_cast<std::size_t>(s.batch) * s.keys * s.kv_heads * a.head_dim * 2;
+    const int copies = static_cast<int>(
+        std::max<std::size_t>(1, (3 * static_cast<std::size_t>(l2)) / (2 * cache_bytes) + 1));
+    DeviceBuffer k(kGpu, cache_bytes * copies), v(kGpu, cache_bytes * copies);
+    GPB_CUDA_CHECK(cudaMemset(k.get(), 0x3c, cache_bytes * copies));
+    GPB_CUDA_CHECK(cudaMemset(v.get(), 0x3c, cache_bytes * copies));
+    DeviceBuffer q(kGpu, static_cast<std::size_t>(s.batch) * a.heads * a.head_dim * 2);
+    DeviceBuffer out(kGpu, q.bytes());
+    GPB_CUDA_CHECK(cudaMemset(q.get(), 0x3c, q.bytes()));
+    a.q = q.get();
+    a.out = out.get();
+    const int splits = decode_attention_splits(a, sms);
+    DeviceBuffer ws(kGpu, std::max<std::size_t>(decode_workspace_bytes(a, splits), 16));
+    auto run = [&](int i) {
+      a.k = k.as<unsigned char>() + (i % copies) * cache_bytes;
+      a.v = v.as<unsigned char>() + (i % copies) * cache_bytes;
+      decode_attention(a, splits, ws.get(), stream.get());
+    };
+    for (int i = 0; i < 3; ++i) run(i);
+    constexpr int kReps = 30;
+    GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+    for (int i = 0; i < kReps; ++i) run(i);
+    GPB_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+    stream.synchronize();
+    float ms = 0;
+    GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    const double seconds = ms * 1e-3 / kReps;
+    const double bw = 2.0 * cache_bytes / seconds;
+    std::printf("decode attention batch %d heads 32/%d keys %6d splits %2d: %8.2f us %7.1f GB/s",
+                s.batch, s.kv_heads, s.keys, splits, seconds * 1e6, bw / 1e9);
+    if (peak > 0) std::printf(" (%.0f%% of %.0f GB/s)", 100 * bw / peak, peak / 1e9);
+    std::printf("\n");
+    EXPECT_GT(bw, 0);
+  }
+}

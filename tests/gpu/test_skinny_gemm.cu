@@ -1,0 +1,239 @@
+// The skinny GEMM (Y = X W^T + bias for 1..8 rows) against a host fp64 product of the same
+// rounded inputs: rows 1, 2, 3, 8, bf16 and fp16, shapes with odd `out` (a partial last tile),
+// `in` not a multiple of the kernel's step, with and without bias; a run captured in a CUDA
+// graph; the argument checks. A last test prints the weight-streaming bandwidth of a 7B model's
+// decode GEMMs (no bound asserted: it is for the record).
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "skinny_gemm.cuh"
+
+using namespace gpubench;
+
+namespace {
+
+constexpr int kGpu = 0;
+
+std::uint16_t to_bits(SkinnyDtype d, float v) {
+  std::uint16_t bits;
+  if (d == SkinnyDtype::BF16) {
+    const __nv_bfloat16 b = __float2bfloat16(v);
+    std::memcpy(&bits, &b, 2);
+  } else {
+    const __half h = __float2half(v);
+    std::memcpy(&bits, &h, 2);
+  }
+  return bits;
+}
+
+float from_bits(SkinnyDtype d, std::uint16_t bits) {
+  if (d == SkinnyDtype::BF16) {
+    __nv_bfloat16 b;
+    std::memcpy(&b, &bits, 2);
+    return __bfloat162float(b);
+  }
+  __half h;
+  std::memcpy(&h, &bits, 2);
+  return __half2float(h);
+}
+
+// n values uniform in [-scale, scale], rounded to the storage type: bits and their values.
+struct HostArray {
+  std::vector<std::uint16_t> bits;
+  std::vector<double> values;
+  HostArray(SkinnyDtype d, std::size_t n, float scale, std::mt19937_64& rng) : bits(n), values(n) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    for (std::size_t i = 0; i < n; ++i) {
+      bits[i] = to_bits(d, u(rng));
+      values[i] = from_bits(d, bits[i]);
+    }
+  }
+};
+
+DeviceBuffer upload(const std::vector<std::uint16_t>& h) {
+  DeviceBuffer b(kGpu, std::max<std::size_t>(h.size() * 2, 16));
+  GPB_CUDA_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  return b;
+}
+
+struct Problem {
+  SkinnyDtype dtype;
+  int rows;
+  std::int64_t out, in;
+  bool bias;
+};
+
+// Runs one problem on fresh data and returns the outputs outside the tolerance: output rounding
+// (2^-7 relative for bf16, 2^-9 for fp16, twice the half-ulp) plus fp32 accumulation (1e-4 of
+// sum |x w|), so a misplaced or missing product fails while rounding passes.
+int wrong_outputs(const Problem& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const HostArray x(p.dtype, static_cast<std::size_t>(p.rows) * p.in, 1.0f, rng);
+  const HostArray w(p.dtype, static_cast<std::size_t>(p.out) * p.in,
+                    1.0f / std::sqrt(static_cast<float>(p.in)), rng);
+  const HostArray bias(p.dtype, static_cast<std::size_t>(p.out), 0.5f, rng);
+  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits);
+  const std::size_t y_elems = static_cast<std::size_t>(p.rows) * p.out;
+  DeviceBuffer dy(kGpu, y_elems * 2);
+  GPB_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, y_elems * 2));  // NaN where nothing is written
+  skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
+              p.dtype, nullptr);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<std::uint16_t> y(y_elems);
+  GPB_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), y_elems * 2, cudaMemcpyDeviceToHost));
+  const double rel = p.dtype == SkinnyDtype::BF16 ? 0x1.0p-7 : 0x1.0p-9;
+  int wrong = 0;
+  for (int r = 0; r < p.rows; ++r)
+    for (std::int64_t o = 0; o < p.out; ++o) {
+      const double* xr = &x.values[static_cast<std::size_t>(r) * p.in];
+      const double* wr = &w.values[static_cast<std::size_t>(o) * p.in];
+      double ref = p.bias ? bias.values[o] : 0.0, mag = 0;
+      for (std::int64_t k = 0; k < p.in; ++k) {
+        ref += xr[k] * wr[k];
+        mag += std::fabs(xr[k] * wr[k]);
+      }
+      const double got = from_bits(p.dtype, y[static_cast<std::size_t>(r) * p.out + o]);
+      const bool ok = std::fabs(got - ref) <= rel * std::fabs(ref) + 1e-4 * mag + 1e-6;
+      if (!ok && wrong < 5)
+        ADD_FAILURE() << "row " << r << " out " << o << ": got " << got << " want " << ref;
+      wrong += !ok;
+    }
+  return wrong;
+}
+
+}  // namespace
+
+TEST(SkinnyGemm, MatchesHostReference) {
+  DeviceGuard guard(kGpu);
+  struct Shape {
+    std::int64_t out, in;
+  };
+  // Partial last tiles (1000, 37, 8), `in` of one 8-element piece, not a multiple of 64 (264,
+  // 11008 = 172 x 64 is one), a 7B model's shapes.
+  const Shape shapes[] = {{1000, 264}, {37, 8}, {4096, 4096}, {512, 11008}, {8, 72}, {48, 1032}};
+  std::uint64_t seed = 1;
+  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
+    for (int rows : {1, 2, 3, 8})
+      for (const Shape& s : shapes)
+        for (bool bias : {false, true}) {
+          const Problem p{dt, rows, s.out, s.in, bias};
+          EXPECT_EQ(wrong_outputs(p, ++seed), 0)
+              << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << s.out
+              << " in " << s.in << (bias ? " bias" : "");
+        }
+}
+
+// An LM head with an odd vocabulary: 2001 tiles, the last one with a single output.
+TEST(SkinnyGemm, OddVocabulary) {
+  DeviceGuard guard(kGpu);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::BF16, 3, 32001, 4096, false}, 77), 0);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::F16, 8, 32001, 1024, true}, 78), 0);
+}
+
+// Captured in a CUDA graph, replayed, and equal bit for bit to a direct launch.
+TEST(SkinnyGemm, CapturedInGraph) {
+  DeviceGuard guard(kGpu);
+  const int rows = 4;
+  const std::int64_t out = 3000, in = 2048;
+  std::mt19937_64 rng(5);
+  const HostArray x(SkinnyDtype::BF16, rows * in, 1.0f, rng);
+  const HostArray w(SkinnyDtype::BF16, out * in, 0.02f, rng);
+  const HostArray bias(SkinnyDtype::BF16, out, 0.5f, rng);
+  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits);
+  DeviceBuffer direct(kGpu, rows * out * 2), graphed(kGpu, rows * out * 2);
+  Stream stream(kGpu);
+  skinny_gemm(dx.get(), dw.get(), db.get(), direct.get(), rows, out, in, SkinnyDtype::BF16,
+              stream.get());
+  GPB_CUDA_CHECK(cudaMemsetAsync(graphed.get(), 0xFF, rows * out * 2, stream.get()));
+  cudaGraph_t graph = nullptr;
+  GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  skinny_gemm(dx.get(), dw.get(), db.get(), graphed.get(), rows, out, in, SkinnyDtype::BF16,
+              stream.get());
+  GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  stream.synchronize();
+  GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  GPB_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::vector<std::uint16_t> a(rows * out), b(rows * out);
+  GPB_CUDA_CHECK(cudaMemcpy(a.data(), direct.get(), a.size() * 2, cudaMemcpyDeviceToHost));
+  GPB_CUDA_CHECK(cudaMemcpy(b.data(), graphed.get(), b.size() * 2, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(a, b);
+}
+
+TEST(SkinnyGemm, Arguments) {
+  EXPECT_EQ(skinny_gemm_max_rows(), 8);
+  EXPECT_TRUE(skinny_gemm_supported(1, 8));
+  EXPECT_TRUE(skinny_gemm_supported(8, 4096));
+  EXPECT_FALSE(skinny_gemm_supported(0, 4096));
+  EXPECT_FALSE(skinny_gemm_supported(9, 4096));
+  EXPECT_FALSE(skinny_gemm_supported(1, 12));
+  EXPECT_FALSE(skinny_gemm_supported(1, 0));
+  alignas(16) static std::uint16_t buf[64];
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 9, 8, 8, SkinnyDtype::BF16, nullptr),
+               InputError);
+  EXPECT_THROW(skinny_gemm(buf + 1, buf, nullptr, buf, 1, 8, 8, SkinnyDtype::BF16, nullptr),
+               InputError);
+  // No outputs: nothing is launched (the host pointers are never touched).
+  EXPECT_NO_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 0, 8, SkinnyDtype::BF16, nullptr));
+}
+
+// Weight bandwidth of a 7B model's decode GEMMs (qkv, fused gate|up, down, out, LM head) for 1
+// and 8 rows. Weights are rotated over more than 3x L2 so that every call reads HBM.
+TEST(SkinnyGemm, ReportBandwidth) {
+  DeviceGuard guard(kGpu);
+  int l2 = 0, mem_khz = 0, bus_bits = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, kGpu));
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, kGpu));
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, kGpu));
+  const double peak = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // bytes/s (0 if not reported)
+  struct Shape {
+    std::int64_t out, in;
+  };
+  const Shape shapes[] = {{4096, 4096}, {12288, 4096}, {22016, 4096}, {4096, 11008}, {32000, 4096}};
+  Stream stream(kGpu);
+  Event start(kGpu), stop(kGpu);
+  for (const Shape& s : shapes) {
+    const std::size_t w_bytes = static_cast<std::size_t>(s.out) * s.in * 2;
+    const int copies = static_cast<int>(3 * static_cast<std::size_t>(l2) / w_bytes + 1);
+    DeviceBuffer w(kGpu, w_bytes * copies);
+    GPB_CUDA_CHECK(cudaMemset(w.get(), 0x3c, w.bytes()));
+    DeviceBuffer x(kGpu, 8 * s.in * 2), y(kGpu, 8 * s.out * 2);
+    GPB_CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
+    for (int rows : {1, 8}) {
+      auto run = [&](int i) {
+        skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), rows,
+                    s.out, s.in, SkinnyDtype::BF16, stream.get());
+      };
+      for (int i = 0; i < 3; ++i) run(i);
+      constexpr int kReps = 30;
+      GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+      for (int i = 0; i < kReps; ++i) run(i);
+      GPB_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+      stream.synchronize();
+      float ms = 0;
+      GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+      const double seconds = ms * 1e-3 / kReps;
+      const double bw = w_bytes / seconds;
+      std::printf("skinny gemm %5lld x %5lld rows %d: %8.2f us %7.1f GB/s",
+                  static_cast<long long>(s.out), static_cast<long long>(s.in), rows, seconds * 1e6,
+                  bw / 1e9);
+      if (peak > 0) std::printf(" (%.0f%% of %.0f GB/s)", 100 * bw / peak, peak / 1e9);
+      std::printf("\n");
+      EXPECT_GT(bw, 0);
+    }
+  }
+}
