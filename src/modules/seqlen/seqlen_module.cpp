@@ -275,10 +275,15 @@ class SeqlenModule final : public Module {
       }
       nlohmann::ordered_json k = {{"batch", batch}};
       if (xs.size() >= 2) {
-        if (auto c = model::crossover(xs, attn, gemm))
+        if (auto c = model::crossover(xs, attn, gemm)) {
           k["attention_passes_gemm_at"] = *c;
-        else
+        } else {
           k["attention_passes_gemm_at"] = nullptr;
+          // Past the sweep: attention grows as L^2 and the GEMMs as L, so from the longest
+          // point the two meet at L x gemm / attention.
+          if (attn.back() > 0)
+            k["attention_passes_gemm_extrapolated"] = xs.back() * gemm.back() / attn.back();
+        }
         if (auto c = model::superlinear_onset(xs, pre))
           k["superlinear_from"] = *c;
         else
@@ -293,6 +298,9 @@ class SeqlenModule final : public Module {
         if (k.contains("attention_passes_gemm_at") && !k["attention_passes_gemm_at"].is_null())
           report.set_headline(fmt::format("attention_passes_gemm_at_b{}", batch),
                               k["attention_passes_gemm_at"].get<double>(), "tokens");
+        else if (k.contains("attention_passes_gemm_extrapolated"))
+          report.set_headline(fmt::format("attention_passes_gemm_extrapolated_b{}", batch),
+                              k["attention_passes_gemm_extrapolated"].get<double>(), "tokens");
         if (k.contains("superlinear_from") && !k["superlinear_from"].is_null())
           report.set_headline(fmt::format("prefill_superlinear_from_b{}", batch),
                               k["superlinear_from"].get<double>(), "tokens");
