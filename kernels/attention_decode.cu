@@ -5,11 +5,13 @@
 // online softmax. K and V rows reach the lanes through a per-thread ring of shared-memory stages
 // filled by cp.async, several steps ahead: deep memory parallelism without holding the loads in
 // registers. The lane groups are merged in the block, the chunks by a second kernel (skipped
-// with one chunk).
+// with one chunk), launched as a programmatic dependent of the first on sm_90+ so that its
+// launch overlaps the first kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -162,6 +164,11 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The merge kernel (a programmatic dependent launch) may be launched now: it waits for this
+  // grid's completion in griddepcontrol.wait, and its launch overlaps this kernel.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 
   // This lane's 8 elements of each query head, pre-scaled; padding heads score 0 and are dropped.
   float q[HB][8];
@@ -314,63 +321,119 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   }
 }
 
-// One block per (sequence, query head): weights of the chunks from their maxima, then slices of
-// the block sum the chunks' outputs (float4 columns) and one slice writes the normalized result.
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeParams p) {
-  constexpr int C = D / 4;         // float4 columns
-  constexpr int S = kThreads / C;  // slices over the chunks
-  extern __shared__ float sh[];    // m, l and weight of each chunk
-  __shared__ float4 red[S][C];
-  const int splits = p.splits;
-  float* sm = sh;
-  float* sl = sh + splits;
-  float* sw = sl + splits;
-  const std::int64_t bh = blockIdx.x;
-  const float* ml = p.ws_ml + bh * splits * 2;
-  for (int s = threadIdx.x; s < splits; s += kThreads) {
-    sm[s] = ml[2 * s];
-    sl[s] = ml[2 * s + 1];
+// Threads of the merge kernel: many, so that each reads few chunks (its loads are L2 round
+// trips, and a long serial walk over 64 chunks costs more than the chunks themselves).
+constexpr int kMergeThreads = 512;
+
+// Max (op 0) or sum (op 1) over the block; every thread gets the result. `red` holds a value a
+// warp; the barrier at the start makes the buffer reusable right after a previous call.
+template <int OP>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+  constexpr unsigned kFull = 0xffffffffu;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float o = __shfl_xor_sync(kFull, v, off);
+    v = OP == 0 ? fmaxf(v, o) : v + o;
   }
   __syncthreads();
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s)
-    if (sl[s] > 0) mx = fmaxf(mx, sm[s]);
-  for (int s = threadIdx.x; s < splits; s += kThreads)
-    sw[s] = sl[s] > 0 ? exp2f(sm[s] - mx) : 0.f;  // empty chunks weigh nothing
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
+  v = red[0];
+  for (int i = 1; i < kMergeThreads / 32; ++i) v = OP == 0 ? fmaxf(v, red[i]) : v + red[i];
+  return v;
+}
 
+// One block per (sequence, query head): weights of the chunks from their maxima (block-wide
+// reductions), then slices of the block sum the chunks' outputs (float4 columns, 4 independent
+// loads in flight per thread) and one slice writes the normalized result. Launched as a
+// programmatic dependent of the split kernel where the device allows: it waits for the split
+// kernel's results (griddepcontrol.wait) instead of for its own launch.
+template <class T, int D>
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int C = D / 4;              // float4 columns
+  constexpr int S = kMergeThreads / C;  // slices over the chunks
+  extern __shared__ float sh[];         // weight of each chunk
+  __shared__ float4 red4[S][C];
+  __shared__ float red[kMergeThreads / 32];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const int splits = p.splits;
+  const std::int64_t bh = blockIdx.x;
+  const float* ml = p.ws_ml + bh * splits * 2;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads)
+    if (ml[2 * s + 1] > 0) mx = fmaxf(mx, ml[2 * s]);
+  mx = block_reduce<0>(mx, red);
+  float sum = 0;
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads) {
+    const float l = ml[2 * s + 1];
+    const float w = l > 0 ? exp2f(ml[2 * s] - mx) : 0.f;  // empty chunks weigh nothing
+    sh[s] = w;
+    sum += w * l;
+  }
+  sum = block_reduce<1>(sum, red);  // its barriers also publish sh[]
+
+  // Every chunk's output is finite (an empty chunk writes zeros), so zero weights need no test.
   const int c = threadIdx.x % C, slice = threadIdx.x / C;
-  const float4* o = reinterpret_cast<const float4*>(p.ws_o + bh * splits * D);
+  const float4* o = reinterpret_cast<const float4*>(p.ws_o + bh * splits * D) + c;
   float4 acc = make_float4(0, 0, 0, 0);
-  for (int s = slice; s < splits; s += S) {
-    const float w = sw[s];
-    if (w == 0) continue;
-    const float4 v = o[static_cast<std::int64_t>(s) * C + c];
+  int s = slice;
+  for (; s + 3 * S < splits; s += 4 * S) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = o[static_cast<std::int64_t>(s + u * S) * C];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float w = sh[s + u * S];
+      acc.x += w * v[u].x;
+      acc.y += w * v[u].y;
+      acc.z += w * v[u].z;
+      acc.w += w * v[u].w;
+    }
+  }
+  for (; s < splits; s += S) {
+    const float w = sh[s];
+    const float4 v = o[static_cast<std::int64_t>(s) * C];
     acc.x += w * v.x;
     acc.y += w * v.y;
     acc.z += w * v.z;
     acc.w += w * v.w;
   }
-  red[slice][c] = acc;
+  red4[slice][c] = acc;
   __syncthreads();
   if (slice != 0) return;
-  float sum = 0;
-  for (int s = 0; s < splits; ++s) sum += sw[s] * sl[s];
   const float inv = sum > 0 ? 1.f / sum : 0.f;
-  float4 t = red[0][c];
+  float4 t = red4[0][c];
 #pragma unroll
   for (int i = 1; i < S; ++i) {
-    t.x += red[i][c].x;
-    t.y += red[i][c].y;
-    t.z += red[i][c].z;
-    t.w += red[i][c].w;
+    t.x += red4[i][c].x;
+    t.y += red4[i][c].y;
+    t.z += red4[i][c].z;
+    t.w += red4[i][c].w;
   }
   T* out = static_cast<T*>(p.out) + bh * D + c * 4;
   out[0] = to_storage<T>(t.x * inv);
   out[1] = to_storage<T>(t.y * inv);
   out[2] = to_storage<T>(t.z * inv);
   out[3] = to_storage<T>(t.w * inv);
+}
+
+// Whether the current device takes programmatic dependent launches (sm_90+), asked once per
+// device.
+bool device_has_pdl() {
+  static std::atomic<int> cache[64];  // 0: not asked, 1: no, 2: yes
+  int dev = 0;
+  GPB_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    v = major >= 9 ? 2 : 1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
 }
 
 template <class T, int D, int HB>
@@ -387,9 +450,22 @@ void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
   decode_split_kernel<T, D, HB><<<grid, kThreads, kStageBytes, stream>>>(p);
   GPB_CHECK_LAUNCH();
   if (p.splits > 1) {
-    const std::size_t smem = 3 * static_cast<std::size_t>(p.splits) * sizeof(float);
-    decode_merge_kernel<T, D><<<batch * p.heads, kThreads, smem, stream>>>(p);
-    GPB_CHECK_LAUNCH();
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(batch * p.heads));
+    cfg.blockDim = dim3(kMergeThreads);
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(p.splits) * sizeof(float);
+    cfg.stream = stream;
+    // Programmatic dependent launch: the merge blocks are launched while the split kernel runs
+    // and wait in griddepcontrol.wait, which saves the launch gap. Only on a real stream of an
+    // sm_90+ device (the legacy default stream takes the plain launch).
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    if (stream != nullptr && device_has_pdl()) {
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    GPB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, D>, p));
   }
 }
 

@@ -1,15 +1,28 @@
 // Skinny GEMM: Y[rows, out] = X[rows, in] W^T (+ bias) for 1..8 rows, a stream of W.
 //
-// A block owns 16 outputs (W rows); its 4 warps take turns over `in` in steps of 64 elements. In
-// a step, lane (g, t) of a warp (g = lane/4, t = lane%4) copies 16 bytes of W rows g and g+8 at
-// k = 32j + 8t (j = 0, 1) and the same 16 bytes of X row g into its own slots of a shared-memory
-// ring (cp.async), kStages-1 steps ahead of the step it multiplies: the loads stay in flight
-// without registers, and the 4 warps read 512 contiguous bytes of each row per turn. Two
-// mma.m16n8k16 per piece take the pieces as they are: the A fragment of lane (g, t) holds rows
-// g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B fragment X row g at the same slots, so
-// mapping those slots to 4 consecutive k of the lane (the same map in every lane) keeps A and B
-// consistent; the sum over k does not care about the order. Rows past `rows` multiply zeros.
-// The warps' partial sums meet in shared memory.
+// Two paths, both reading every W element once with 16-byte loads:
+//
+// Rows 1..4 (CUDA cores): the product is a pure stream of W and the arithmetic per W byte is
+// small enough for FMAs. Each warp owns one W row (two for 3..4 rows, so that every X load
+// serves two W rows) at a time and walks it in steps of 8 (4 per row with two rows) 16-byte
+// loads per lane, all issued before the first FMA: 4 KiB of W in flight per warp, ~100 KiB per
+// SM with 24 warps, well over what HBM needs to stay busy (latency x bandwidth ~ 40 KiB). W
+// loads bypass L1 (ld.global.nc.L1::no_allocate); X is small and read by every warp, so it is
+// read through L1 (ld.global.nc), where it stays. A lane's 8 elements of a load are the same k
+// for W and X; the warp sums its lanes with shuffles. The grid is persistent (a fixed number of
+// blocks per SM, each warp looping over its W rows), so every SM has work from the start and
+// there is no partial last wave of blocks.
+//
+// Rows 5..8 (tensor cores): a block owns 16 outputs (W rows); its 4 warps take turns over `in`
+// in steps of 64 elements. In a step, lane (g, t) of a warp (g = lane/4, t = lane%4) copies 16
+// bytes of W rows g and g+8 at k = 32j + 8t (j = 0, 1) and the same 16 bytes of X row g into
+// its own slots of a shared-memory ring (cp.async), kStages-1 steps ahead of the step it
+// multiplies: the loads stay in flight without registers, and the 4 warps read 512 contiguous
+// bytes of each row per turn. Two mma.m16n8k16 per piece take the pieces as they are: the A
+// fragment of lane (g, t) holds rows g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B fragment
+// X row g at the same slots, so mapping those slots to 4 consecutive k of the lane (the same map
+// in every lane) keeps A and B consistent; the sum over k does not care about the order. Rows
+// past `rows` multiply zeros. The warps' partial sums meet in shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,15 +45,24 @@ constexpr int kLoads = 2;            // 16-byte pieces of each W row a lane take
 constexpr int kStepK = 32 * kLoads;  // k per step: 4 lanes x 8 elements x kLoads
 constexpr int kChunks = 3 * kLoads;  // per lane and step: W row g, W row g+8, X row g
 // Shared-memory stages in each thread's cp.async ring: kStages-1 steps in flight while one is
-// multiplied. 3 stages x 6 pieces x 16 bytes x 128 threads = 36 KiB a block.
-constexpr int kStages = 3;
-// Blocks per SM: 4 keep 64 KiB of W in flight on each SM, plenty for HBM; the shared-memory
-// carveout asked for (a share of the largest) fits them and leaves the rest of the SM's 256 KiB
-// to L1, where X (up to 64 KiB for 8 rows of 4096) stays for the next blocks.
-constexpr int kBlocksPerSm = 4;
-constexpr int kCarveoutPercent = 70;  // of 228 KiB: 160, nearest setting 164 KiB (4 x 37 KiB)
+// multiplied. 6 stages x 6 pieces x 16 bytes x 128 threads = 72 KiB a block, of which 5 steps x
+// 8 KiB = 40 KiB of W are in flight: even a 4096-output layer (256 blocks, ~2 per SM) keeps
+// ~80 KiB per SM in flight.
+constexpr int kStages = 6;
+// Blocks per SM: 3 x 72 KiB (+1 KiB reserved each) fit the 227 KiB an SM gives a block's
+// dynamic shared memory at the largest carveout.
+constexpr int kBlocksPerSm = 3;
 constexpr std::size_t kRingBytes =
     static_cast<std::size_t>(kStages) * kChunks * kThreads * sizeof(uint4);
+
+// CUDA-core path (rows <= kVecMaxRows): 8 warps a block, kVecBlocksPerSm blocks per SM (24
+// warps; __launch_bounds__ caps the registers at 85 a thread), kVecPieces 16-byte W loads per
+// lane in flight per step.
+constexpr int kVecMaxRows = 4;
+constexpr int kVecWarps = 8;
+constexpr int kVecThreads = kVecWarps * 32;
+constexpr int kVecBlocksPerSm = 3;
+constexpr int kVecPieces = 8;
 
 // 16 bytes from global to shared memory, of which the first `bytes` (16 or 0) are read and the
 // rest zero-filled. W: streamed once, kept out of L1 (.cg), L2 asked for the 256-byte segment.
@@ -171,14 +193,160 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
+// 16 bytes of W, read once: not kept in L1, and the L2 asked for the whole 256-byte segment.
+__device__ __forceinline__ uint4 load_weight(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// 8 packed bf16 / fp16 values to floats.
+template <class T>
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const unsigned v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(v[i] << 16);
+      f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&v[i]));
+      f[2 * i] = h.x;
+      f[2 * i + 1] = h.y;
+    }
+  }
+}
+
+// CUDA-core path. ROWS: rows of X (1..4); RW: W rows a warp takes at once (1 or 2). Grid: at
+// most kVecBlocksPerSm blocks per SM; warp `gw` of the grid takes W row groups gw, gw + warps,
+// ... Lane L reads elements k0 + 256j + 8L of its rows (j < KU), so each load instruction of the
+// warp reads 512 contiguous bytes of a row.
+template <class T, int ROWS, int RW>
+__global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
+    skinny_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                       T* __restrict__ y, std::int64_t out, std::int64_t in) {
+  constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
+  constexpr int kStep = 32 * 8 * KU;   // k per step
+  constexpr unsigned kFull = 0xffffffffu;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t groups = (out + RW - 1) / RW;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kVecWarps;
+  const T* xl = x + lane * 8;
+  for (std::int64_t grp = static_cast<std::int64_t>(blockIdx.x) * kVecWarps + threadIdx.x / 32;
+       grp < groups; grp += warps) {
+    const std::int64_t o0 = grp * RW;
+    const T* wr[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) wr[r] = w + std::min(o0 + r, out - 1) * in + lane * 8;
+    float acc[RW][ROWS];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) acc[r][i] = 0;
+
+    for (std::int64_t k0 = 0; k0 < in; k0 += kStep) {
+      // Every W load of the step first (they are what HBM waits on), then X (an L1 hit) and the
+      // FMAs piece by piece. Pieces past `in` (whole 16-byte pieces: `in` % 8 == 0) are zeros.
+      uint4 wv[RW][KU];
+#pragma unroll
+      for (int j = 0; j < KU; ++j) {
+        const bool ok = k0 + 256 * j + lane * 8 < in;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+          wv[r][j] = ok ? load_weight(wr[r] + k0 + 256 * j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < KU; ++j) {
+        const bool ok = k0 + 256 * j + lane * 8 < in;
+        float wf[RW][8];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) unpack8<T>(wv[r][j], wf[r]);
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+          const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xl + i * in + k0 + 256 * j))
+                              : make_uint4(0, 0, 0, 0);
+          float xf[8];
+          unpack8<T>(xv, xf);
+#pragma unroll
+          for (int r = 0; r < RW; ++r)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+        }
+      }
+    }
+    // Sum over the lanes; lane 0 writes.
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2)
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) acc[r][i] += __shfl_xor_sync(kFull, acc[r][i], off);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+        const std::int64_t o = o0 + r;
+        if (o < out) {
+          const float b = bias ? to_float(bias[o]) : 0.f;
+#pragma unroll
+          for (int i = 0; i < ROWS; ++i) y[i * out + o] = from_float<T>(acc[r][i] + b);
+        }
+      }
+    }
+  }
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  GPB_CUDA_CHECK(cudaGetDevice(&dev));
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(sms, 1);
+}
+
+template <class T, int ROWS>
+void launch_vec(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                std::int64_t in, cudaStream_t stream) {
+  // Two W rows a warp when X has 3..4 rows: each X piece read from L1 then serves two W pieces,
+  // which keeps L1 traffic (W + X) well under its bandwidth.
+  constexpr int RW = ROWS >= 3 ? 2 : 1;
+  const std::int64_t groups = (out + RW - 1) / RW;
+  const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
+  const std::int64_t blocks =
+      std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kVecBlocksPerSm);
+  skinny_gemv_kernel<T, ROWS, RW><<<static_cast<unsigned>(blocks), kVecThreads, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+      static_cast<T*>(y), out, in);
+  GPB_CHECK_LAUNCH();
+}
+
 template <class T>
 void launch(const void* x, const void* w, const void* bias, void* y, int rows, std::int64_t out,
             std::int64_t in, cudaStream_t stream) {
+  switch (rows) {
+    case 1:
+      return launch_vec<T, 1>(x, w, bias, y, out, in, stream);
+    case 2:
+      return launch_vec<T, 2>(x, w, bias, y, out, in, stream);
+    case 3:
+      return launch_vec<T, 3>(x, w, bias, y, out, in, stream);
+    case 4:
+      return launch_vec<T, 4>(x, w, bias, y, out, in, stream);
+    default:
+      break;
+  }
+  static_assert(kVecMaxRows == 4, "the switch above covers the CUDA-core rows");
   const std::int64_t tiles = (out + kTile - 1) / kTile;
   if (tiles > 0x7fffffff) throw InputError("skinny_gemm: too many outputs");
-  // A host-side attribute of the function, cheap to set on every call.
-  GPB_CUDA_CHECK(cudaFuncSetAttribute(
-      skinny_gemm_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout, kCarveoutPercent));
+  // Host-side attributes of the current device's function (no stream work: fine inside graph
+  // capture): 72 KiB of dynamic shared memory needs the opt-in, and the largest carveout fits 3
+  // blocks' rings.
+  GPB_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<T>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kRingBytes)));
+  GPB_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<T>,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   skinny_gemm_kernel<T><<<static_cast<unsigned>(tiles), kThreads, kRingBytes, stream>>>(
       static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
       static_cast<T*>(y), rows, out, in);

@@ -1,8 +1,10 @@
 // The skinny GEMM (Y = X W^T + bias for 1..8 rows) against a host fp64 product of the same
-// rounded inputs: rows 1, 2, 3, 8, bf16 and fp16, shapes with odd `out` (a partial last tile),
-// `in` not a multiple of the kernel's step, with and without bias; a run captured in a CUDA
-// graph; the argument checks. A last test prints the weight-streaming bandwidth of a 7B model's
-// decode GEMMs (no bound asserted: it is for the record).
+// rounded inputs: every row count 1..8 (rows 1..4 take the CUDA-core path, 1..2 with one W row
+// a warp and 3..4 with two; 5..8 the tensor-core path), bf16 and fp16, odd `out` (a partial
+// last tile or W row pair), `in` of 8 and not a multiple of either path's step, with and
+// without bias, more outputs than the persistent grid has warps; a run captured in a CUDA graph;
+// the argument checks. A last test prints the weight-streaming bandwidth of a 7B model's decode
+// GEMMs (no bound asserted: it is for the record).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -119,12 +121,14 @@ TEST(SkinnyGemm, MatchesHostReference) {
   struct Shape {
     std::int64_t out, in;
   };
-  // Partial last tiles (1000, 37, 8), `in` of one 8-element piece, not a multiple of 64 (264,
-  // 11008 = 172 x 64 is one), a 7B model's shapes.
-  const Shape shapes[] = {{1000, 264}, {37, 8}, {4096, 4096}, {512, 11008}, {8, 72}, {48, 1032}};
+  // Partial last tiles (1000, 37, 8, 5, 1), `in` of one 8-element piece, not a multiple of 64
+  // (264, 1032) nor of the CUDA-core steps (1024 / 2048 elements: 1032, 4104, 11008), a 7B
+  // model's shapes.
+  const Shape shapes[] = {{1000, 264}, {37, 8},    {4096, 4096}, {512, 11008},
+                          {8, 72},     {48, 1032}, {5, 4104},    {1, 1032}};
   std::uint64_t seed = 1;
   for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-    for (int rows : {1, 2, 3, 8})
+    for (int rows = 1; rows <= 8; ++rows)
       for (const Shape& s : shapes)
         for (bool bias : {false, true}) {
           const Problem p{dt, rows, s.out, s.in, bias};
@@ -134,44 +138,51 @@ TEST(SkinnyGemm, MatchesHostReference) {
         }
 }
 
-// An LM head with an odd vocabulary: 2001 tiles, the last one with a single output.
+// An LM head with an odd vocabulary: 2001 tiles, the last one with a single output; on the
+// CUDA-core path more W rows (or row pairs) than the persistent grid has warps, so warps loop.
 TEST(SkinnyGemm, OddVocabulary) {
   DeviceGuard guard(kGpu);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::BF16, 1, 32001, 4096, true}, 76), 0);
   EXPECT_EQ(wrong_outputs({SkinnyDtype::BF16, 3, 32001, 4096, false}, 77), 0);
   EXPECT_EQ(wrong_outputs({SkinnyDtype::F16, 8, 32001, 1024, true}, 78), 0);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::F16, 2, 20001, 1032, false}, 79), 0);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::BF16, 4, 20001, 1032, true}, 80), 0);
+  EXPECT_EQ(wrong_outputs({SkinnyDtype::BF16, 6, 20001, 1032, true}, 81), 0);
 }
 
-// Captured in a CUDA graph, replayed, and equal bit for bit to a direct launch.
+// Captured in a CUDA graph, replayed, and equal bit for bit to a direct launch: rows 1 and 4
+// (CUDA-core path) and 8 (tensor cores, whose launch sets function attributes).
 TEST(SkinnyGemm, CapturedInGraph) {
   DeviceGuard guard(kGpu);
-  const int rows = 4;
-  const std::int64_t out = 3000, in = 2048;
-  std::mt19937_64 rng(5);
-  const HostArray x(SkinnyDtype::BF16, rows * in, 1.0f, rng);
-  const HostArray w(SkinnyDtype::BF16, out * in, 0.02f, rng);
-  const HostArray bias(SkinnyDtype::BF16, out, 0.5f, rng);
-  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits);
-  DeviceBuffer direct(kGpu, rows * out * 2), graphed(kGpu, rows * out * 2);
-  Stream stream(kGpu);
-  skinny_gemm(dx.get(), dw.get(), db.get(), direct.get(), rows, out, in, SkinnyDtype::BF16,
-              stream.get());
-  GPB_CUDA_CHECK(cudaMemsetAsync(graphed.get(), 0xFF, rows * out * 2, stream.get()));
-  cudaGraph_t graph = nullptr;
-  GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  skinny_gemm(dx.get(), dw.get(), db.get(), graphed.get(), rows, out, in, SkinnyDtype::BF16,
-              stream.get());
-  GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  stream.synchronize();
-  GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  GPB_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::vector<std::uint16_t> a(rows * out), b(rows * out);
-  GPB_CUDA_CHECK(cudaMemcpy(a.data(), direct.get(), a.size() * 2, cudaMemcpyDeviceToHost));
-  GPB_CUDA_CHECK(cudaMemcpy(b.data(), graphed.get(), b.size() * 2, cudaMemcpyDeviceToHost));
-  EXPECT_EQ(a, b);
+  for (int rows : {1, 4, 8}) {
+    const std::int64_t out = 3000, in = 2048;
+    std::mt19937_64 rng(5 + rows);
+    const HostArray x(SkinnyDtype::BF16, rows * in, 1.0f, rng);
+    const HostArray w(SkinnyDtype::BF16, out * in, 0.02f, rng);
+    const HostArray bias(SkinnyDtype::BF16, out, 0.5f, rng);
+    DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits);
+    DeviceBuffer direct(kGpu, rows * out * 2), graphed(kGpu, rows * out * 2);
+    Stream stream(kGpu);
+    skinny_gemm(dx.get(), dw.get(), db.get(), direct.get(), rows, out, in, SkinnyDtype::BF16,
+                stream.get());
+    GPB_CUDA_CHECK(cudaMemsetAsync(graphed.get(), 0xFF, rows * out * 2, stream.get()));
+    cudaGraph_t graph = nullptr;
+    GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    skinny_gemm(dx.get(), dw.get(), db.get(), graphed.get(), rows, out, in, SkinnyDtype::BF16,
+                stream.get());
+    GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    GPB_CUDA_CHECK(cudaGraphDestroy(graph));
+    std::vector<std::uint16_t> a(rows * out), b(rows * out);
+    GPB_CUDA_CHECK(cudaMemcpy(a.data(), direct.get(), a.size() * 2, cudaMemcpyDeviceToHost));
+    GPB_CUDA_CHECK(cudaMemcpy(b.data(), graphed.get(), b.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(a, b) << "rows " << rows;
+  }
 }
 
 TEST(SkinnyGemm, Arguments) {
@@ -191,8 +202,10 @@ TEST(SkinnyGemm, Arguments) {
   EXPECT_NO_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 0, 8, SkinnyDtype::BF16, nullptr));
 }
 
-// Weight bandwidth of a 7B model's decode GEMMs (qkv, fused gate|up, down, out, LM head) for 1
-// and 8 rows. Weights are rotated over more than 3x L2 so that every call reads HBM.
+// Weight bandwidth of a 7B model's decode GEMMs (qkv, out, fused gate|up, down, LM head) for
+// 1, 2, 4 (CUDA-core path) and 8 rows (tensor-core path). Weights are rotated over more than 3x
+// L2 so that every call reads HBM; the calls are replayed from a CUDA graph as in the engine, so
+// host launch costs do not count. Bandwidth = W bytes / time (X and Y are negligible).
 TEST(SkinnyGemm, ReportBandwidth) {
   DeviceGuard guard(kGpu);
   int l2 = 0, mem_khz = 0, bus_bits = 0;
@@ -201,9 +214,14 @@ TEST(SkinnyGemm, ReportBandwidth) {
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, kGpu));
   const double peak = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // bytes/s (0 if not reported)
   struct Shape {
+    const char* name;
     std::int64_t out, in;
   };
-  const Shape shapes[] = {{4096, 4096}, {12288, 4096}, {22016, 4096}, {4096, 11008}, {32000, 4096}};
+  const Shape shapes[] = {{"out", 4096, 4096},
+                          {"qkv", 12288, 4096},
+                          {"gate_up", 22016, 4096},
+                          {"down", 4096, 11008},
+                          {"lm_head", 32000, 4096}};
   Stream stream(kGpu);
   Event start(kGpu), stop(kGpu);
   for (const Shape& s : shapes) {
@@ -213,25 +231,36 @@ TEST(SkinnyGemm, ReportBandwidth) {
     GPB_CUDA_CHECK(cudaMemset(w.get(), 0x3c, w.bytes()));
     DeviceBuffer x(kGpu, 8 * s.in * 2), y(kGpu, 8 * s.out * 2);
     GPB_CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
-    for (int rows : {1, 8}) {
+    for (int rows : {1, 2, 4, 8}) {
       auto run = [&](int i) {
         skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), rows,
                     s.out, s.in, SkinnyDtype::BF16, stream.get());
       };
       for (int i = 0; i < 3; ++i) run(i);
       constexpr int kReps = 30;
-      GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+      cudaGraph_t graph = nullptr;
+      GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < kReps; ++i) run(i);
+      GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+      cudaGraphExec_t exec = nullptr;
+      GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));  // warm-up replay
+      GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+      GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
       GPB_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
       stream.synchronize();
+      GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      GPB_CUDA_CHECK(cudaGraphDestroy(graph));
       float ms = 0;
       GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
       const double seconds = ms * 1e-3 / kReps;
       const double bw = w_bytes / seconds;
-      std::printf("skinny gemm %5lld x %5lld rows %d: %8.2f us %7.1f GB/s",
-                  static_cast<long long>(s.out), static_cast<long long>(s.in), rows, seconds * 1e6,
-                  bw / 1e9);
-      if (peak > 0) std::printf(" (%.0f%% of %.0f GB/s)", 100 * bw / peak, peak / 1e9);
+      std::printf(
+          "skinny gemm %-7s W %5lld x %5lld bf16 rows %d (%s path): %8.2f us/call"
+          " %7.1f GB/s",
+          s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), rows,
+          rows <= 4 ? "cuda-core" : "tensor-core", seconds * 1e6, bw / 1e9);
+      if (peak > 0) std::printf(" = %.0f%% of %.0f GB/s peak", 100 * bw / peak, peak / 1e9);
       std::printf("\n");
       EXPECT_GT(bw, 0);
     }
