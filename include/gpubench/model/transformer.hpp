@@ -128,6 +128,9 @@ class Transformer {
   // Y[rows, out] = X[rows, in] W^T (+ bias).
   void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
               std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream);
+  GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
+                     cudaStream_t stream);
+  static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
   DeviceBuffer alloc(std::uint64_t bytes, std::uint64_t* counter);
   void* weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
                cudaStream_t stream, std::vector<DeviceBuffer>& store);
@@ -141,7 +144,7 @@ class Transformer {
   OpObserver* observer_ = nullptr;
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
-  // (N, M, K) of a GEMM -> its plan and the heuristic's first algorithm.
+  // (N, M, K) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
            std::pair<std::unique_ptr<GemmPlan>, GemmAlgo>>
       plans_;
