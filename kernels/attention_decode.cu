@@ -20,6 +20,7 @@
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "pdl.cuh"
 
 namespace gpubench {
 
@@ -123,6 +124,7 @@ __device__ __forceinline__ __half to_storage<__half>(float v) {
 template <class T, int D, int HB>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     decode_split_kernel(const DecodeParams p) {
+  pdl_start();
   constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
   constexpr int GPW = 32 / P;       // lane groups per warp
   constexpr int NG = kWarps * GPW;  // lane groups per block
@@ -419,23 +421,6 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   out[3] = to_storage<T>(t.w * inv);
 }
 
-// Whether the current device takes programmatic dependent launches (sm_90+), asked once per
-// device.
-bool device_has_pdl() {
-  static std::atomic<int> cache[64];  // 0: not asked, 1: no, 2: yes
-  int dev = 0;
-  GPB_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return false;
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int major = 0;
-    GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    v = major >= 9 ? 2 : 1;
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
-}
-
 template <class T, int D, int HB>
 void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
   DecodeParams p = p0;
@@ -447,25 +432,13 @@ void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
   GPB_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<T, D, HB>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout,
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  decode_split_kernel<T, D, HB><<<grid, kThreads, kStageBytes, stream>>>(p);
+  launch_pdl(decode_split_kernel<T, D, HB>, grid, kThreads, kStageBytes, stream, p);
   GPB_CHECK_LAUNCH();
   if (p.splits > 1) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(batch * p.heads));
-    cfg.blockDim = dim3(kMergeThreads);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(p.splits) * sizeof(float);
-    cfg.stream = stream;
-    // Programmatic dependent launch: the merge blocks are launched while the split kernel runs
-    // and wait in griddepcontrol.wait, which saves the launch gap. Only on a real stream of an
-    // sm_90+ device (the legacy default stream takes the plain launch).
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    if (stream != nullptr && device_has_pdl()) {
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-    }
-    GPB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, D>, p));
+    // A programmatic dependent launch (pdl.cuh): the merge blocks are launched while the split
+    // kernel runs and wait in griddepcontrol.wait, which saves the launch gap.
+    launch_pdl(decode_merge_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.heads)),
+               dim3(kMergeThreads), static_cast<std::size_t>(p.splits) * sizeof(float), stream, p);
   }
 }
 

@@ -32,6 +32,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "pdl.cuh"
 #include "skinny_gemm.cuh"
 
 namespace gpubench {
@@ -124,6 +125,7 @@ template <class T>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                        T* __restrict__ y, int rows, std::int64_t out, std::int64_t in) {
+  pdl_start();
   extern __shared__ uint4 ring[];  // [kStages][kChunks][kThreads]: each thread its own slots
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
@@ -227,6 +229,7 @@ template <class T, int ROWS, int RW>
 __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
     skinny_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                        T* __restrict__ y, std::int64_t out, std::int64_t in) {
+  pdl_start();
   constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
   constexpr int kStep = 32 * 8 * KU;   // k per step
   constexpr unsigned kFull = 0xffffffffu;
@@ -314,9 +317,9 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   const std::int64_t blocks =
       std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kVecBlocksPerSm);
-  skinny_gemv_kernel<T, ROWS, RW><<<static_cast<unsigned>(blocks), kVecThreads, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<T*>(y), out, in);
+  launch_pdl(skinny_gemv_kernel<T, ROWS, RW>, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
+             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+             static_cast<T*>(y), out, in);
   GPB_CHECK_LAUNCH();
 }
 
@@ -347,9 +350,9 @@ void launch(const void* x, const void* w, const void* bias, void* y, int rows, s
   GPB_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<T>,
                                       cudaFuncAttributePreferredSharedMemoryCarveout,
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  skinny_gemm_kernel<T><<<static_cast<unsigned>(tiles), kThreads, kRingBytes, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-      static_cast<T*>(y), rows, out, in);
+  launch_pdl(skinny_gemm_kernel<T>, static_cast<unsigned>(tiles), kThreads, kRingBytes, stream,
+             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+             static_cast<T*>(y), rows, out, in);
   GPB_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpubench/core/errors.hpp"
+#include "pdl.cuh"
 #include "transformer.cuh"
 
 namespace gpubench {
@@ -48,6 +49,7 @@ __device__ float block_sum(float v) {
 template <class T, int V, NormKind kKind, bool kAddResidual>
 __global__ void norm_kernel(T* out, T* residual, const T* in, const T* weight, const T* bias,
                             RowLayout layout, float eps) {
+  pdl_start();
   const std::int64_t base = layout.offset(blockIdx.x);
   const int vecs = layout.cols / V;
   const T* src = kAddResidual ? residual + base : in + base;
@@ -116,9 +118,9 @@ void launch_norm(void* out, void* residual, const void* in, const void* weight, 
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto args = [&](auto kernel) {
-      kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-          static_cast<T*>(out), static_cast<T*>(residual), static_cast<const T*>(in),
-          static_cast<const T*>(weight), static_cast<const T*>(bias), layout, eps);
+      launch_pdl(kernel, static_cast<unsigned>(rows), threads, 0, stream, static_cast<T*>(out),
+                 static_cast<T*>(residual), static_cast<const T*>(in),
+                 static_cast<const T*>(weight), static_cast<const T*>(bias), layout, eps);
     };
     if (vec) {
       args(norm_kernel<T, kVec, kKind, kAddResidual>);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gpubench/core/errors.hpp"
+#include "pdl.cuh"
 #include "transformer.cuh"
 
 namespace gpubench {
@@ -52,6 +53,7 @@ struct Add {
 
 template <class T, int V, class Op>
 __global__ void map_kernel(T* out, const T* a, const T* b, std::int64_t n, Op op) {
+  pdl_start();
   const std::int64_t vecs = n / V;
   for (std::int64_t i = thread_index(); i < vecs; i += grid_threads()) {
     float x[V], y[V] = {};
@@ -78,9 +80,10 @@ void launch_map(void* out, const void* a, const void* b, std::int64_t n, Op op, 
     auto x = static_cast<const T*>(a);
     auto y = static_cast<const T*>(b);
     if (vec) {
-      map_kernel<T, kVec, Op><<<grid_for(n / kVec + 1), kThreads, 0, stream>>>(o, x, y, n, op);
+      launch_pdl(map_kernel<T, kVec, Op>, grid_for(n / kVec + 1), kThreads, 0, stream, o, x, y, n,
+                 op);
     } else {
-      map_kernel<T, 1, Op><<<grid_for(n), kThreads, 0, stream>>>(o, x, y, n, op);
+      launch_pdl(map_kernel<T, 1, Op>, grid_for(n), kThreads, 0, stream, o, x, y, n, op);
     }
   });
   GPB_CHECK_LAUNCH();
@@ -91,6 +94,7 @@ void launch_map(void* out, const void* a, const void* b, std::int64_t n, Op op, 
 
 template <class T, int V>
 __global__ void add_bias_kernel(T* inout, const T* bias, std::int64_t rows, int cols) {
+  pdl_start();
   const std::int64_t vecs = rows * cols / V;
   for (std::int64_t i = thread_index(); i < vecs; i += grid_threads()) {
     const int c = static_cast<int>((i * V) % cols);
@@ -109,6 +113,7 @@ __device__ __forceinline__ float silu(float x) {
 
 template <class T, int V>
 __global__ void swiglu_kernel(T* out, const T* gate_up, std::int64_t tokens, int intermediate) {
+  pdl_start();
   const std::int64_t per_row = intermediate / V;
   for (std::int64_t i = thread_index(); i < tokens * per_row; i += grid_threads()) {
     const std::int64_t t = i / per_row;
@@ -127,6 +132,7 @@ template <class T, int V>
 __global__ void embedding_kernel(T* out, const T* table, const std::int32_t* token_ids,
                                  std::int64_t tokens, int hidden, const T* position_table,
                                  const std::int32_t* positions) {
+  pdl_start();
   const std::int64_t per_row = hidden / V;
   for (std::int64_t i = thread_index(); i < tokens * per_row; i += grid_threads()) {
     const std::int64_t t = i / per_row;
@@ -175,17 +181,16 @@ __global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int6
   }
 }
 
-
 // One work item: 8 rotation pairs (elements c..c+7 and c+half..c+half+7) of one head of one
 // token; q heads are rotated in place, k heads rotated into the cache, v heads copied (their
 // items cover the same element ranges, unrotated). 16-byte accesses when head_dim/2 is a
 // multiple of 8, else one pair at a time (kChunk 1).
 template <class T, int kChunk>
-__global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_seq,
-                                    int num_heads, int num_kv_heads, int head_dim,
-                                    std::int64_t qkv_stride, const std::int32_t* positions,
-                                    bool rope, double log2_theta, T* k_cache, T* v_cache,
-                                    std::int64_t max_context) {
+__global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
+                                    int num_kv_heads, int head_dim, std::int64_t qkv_stride,
+                                    const std::int32_t* positions, bool rope, double log2_theta,
+                                    T* k_cache, T* v_cache, std::int64_t max_context) {
+  pdl_start();
   __shared__ float inv_freq[kMaxRopeHeadDim / 2];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -313,8 +318,8 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
   if (rope && (!(theta > 1.0f) || !std::isfinite(theta)))
     throw InputError("qkv_to_cache: theta " + std::to_string(theta) +
                      " must be a finite number above 1");
-  if (tokens_per_seq < 1 || qkv_stride < static_cast<std::int64_t>(num_heads + 2 * num_kv_heads) *
-                                             head_dim)
+  if (tokens_per_seq < 1 ||
+      qkv_stride < static_cast<std::int64_t>(num_heads + 2 * num_kv_heads) * head_dim)
     throw InputError("qkv_to_cache: tokens_per_seq below 1 or a row shorter than its heads");
   if (tokens <= 0) return;
   const int half = head_dim / 2;
@@ -328,14 +333,13 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
     auto* kc = static_cast<T*>(k_cache);
     auto* vc = static_cast<T*>(v_cache);
     if (vec)
-      qkv_to_cache_kernel<T, 8><<<grid_for(tokens * heads * (half / 8), 4096), kThreads, 0,
-                                  stream>>>(x, tokens, tokens_per_seq, num_heads, num_kv_heads,
-                                            head_dim, qkv_stride, positions, rope, log2_theta,
-                                            kc, vc, max_context);
+      launch_pdl(qkv_to_cache_kernel<T, 8>, grid_for(tokens * heads * (half / 8), 4096), kThreads,
+                 0, stream, x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim,
+                 qkv_stride, positions, rope, log2_theta, kc, vc, max_context);
     else
-      qkv_to_cache_kernel<T, 1><<<grid_for(tokens * heads * half, 4096), kThreads, 0, stream>>>(
-          x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim, qkv_stride, positions,
-          rope, log2_theta, kc, vc, max_context);
+      launch_pdl(qkv_to_cache_kernel<T, 1>, grid_for(tokens * heads * half, 4096), kThreads, 0,
+                 stream, x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim, qkv_stride,
+                 positions, rope, log2_theta, kc, vc, max_context);
   });
   GPB_CHECK_LAUNCH();
 }
@@ -350,10 +354,11 @@ void swiglu(void* out, const void* gate_up, std::int64_t tokens, int intermediat
     auto gu = static_cast<const T*>(gate_up);
     const std::int64_t n = tokens * intermediate;
     if (vec) {
-      swiglu_kernel<T, kVec>
-          <<<grid_for(n / kVec), kThreads, 0, stream>>>(o, gu, tokens, intermediate);
+      launch_pdl(swiglu_kernel<T, kVec>, grid_for(n / kVec), kThreads, 0, stream, o, gu, tokens,
+                 intermediate);
     } else {
-      swiglu_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(o, gu, tokens, intermediate);
+      launch_pdl(swiglu_kernel<T, 1>, grid_for(n), kThreads, 0, stream, o, gu, tokens,
+                 intermediate);
     }
   });
   GPB_CHECK_LAUNCH();
@@ -387,9 +392,10 @@ void add_bias(void* inout, const void* bias, std::int64_t rows, int cols, ActDty
     auto b = static_cast<const T*>(bias);
     const std::int64_t n = rows * cols;
     if (vec) {
-      add_bias_kernel<T, kVec><<<grid_for(n / kVec), kThreads, 0, stream>>>(x, b, rows, cols);
+      launch_pdl(add_bias_kernel<T, kVec>, grid_for(n / kVec), kThreads, 0, stream, x, b, rows,
+                 cols);
     } else {
-      add_bias_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(x, b, rows, cols);
+      launch_pdl(add_bias_kernel<T, 1>, grid_for(n), kThreads, 0, stream, x, b, rows, cols);
     }
   });
   GPB_CHECK_LAUNCH();
@@ -411,11 +417,11 @@ void embedding_lookup(void* out, const void* table, const std::int32_t* token_id
     auto pos_tab = static_cast<const T*>(position_table);
     const std::int64_t n = tokens * hidden;
     if (vec) {
-      embedding_kernel<T, kVec><<<grid_for(n / kVec), kThreads, 0, stream>>>(
-          o, tab, token_ids, tokens, hidden, pos_tab, positions);
+      launch_pdl(embedding_kernel<T, kVec>, grid_for(n / kVec), kThreads, 0, stream, o, tab,
+                 token_ids, tokens, hidden, pos_tab, positions);
     } else {
-      embedding_kernel<T, 1><<<grid_for(n), kThreads, 0, stream>>>(o, tab, token_ids, tokens,
-                                                                   hidden, pos_tab, positions);
+      launch_pdl(embedding_kernel<T, 1>, grid_for(n), kThreads, 0, stream, o, tab, token_ids,
+                 tokens, hidden, pos_tab, positions);
     }
   });
   GPB_CHECK_LAUNCH();
