@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention.cuh"
+#include "attention_test_values.hpp"
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 
@@ -28,16 +29,7 @@ namespace {
 
 constexpr int kGpu = 0;
 
-float host_value(const std::vector<std::uint16_t>& raw, std::size_t i, AttnDtype t) {
-  if (t == AttnDtype::BF16) {
-    __nv_bfloat16 x;
-    std::memcpy(&x, &raw[i], 2);
-    return __bfloat162float(x);
-  }
-  __half x;
-  std::memcpy(&x, &raw[i], 2);
-  return __half2float(x);
-}
+using gpubench::testing::host_value;
 
 std::vector<std::uint16_t> to_host(const DeviceBuffer& b, std::size_t n) {
   std::vector<std::uint16_t> h(n);

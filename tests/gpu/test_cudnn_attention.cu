@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention.cuh"
+#include "attention_test_values.hpp"
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/cudnn_attention.hpp"
@@ -27,16 +28,7 @@ namespace {
 
 constexpr int kGpu = 0;
 
-float host_value(const std::vector<std::uint16_t>& raw, std::size_t i, AttnDtype t) {
-  if (t == AttnDtype::BF16) {
-    __nv_bfloat16 x;
-    std::memcpy(&x, &raw[i], 2);
-    return __bfloat162float(x);
-  }
-  __half x;
-  std::memcpy(&x, &raw[i], 2);
-  return __half2float(x);
-}
+using gpubench::testing::host_value;
 
 std::vector<std::uint16_t> to_host(const void* p, std::size_t n, cudaStream_t stream) {
   std::vector<std::uint16_t> h(n);
