@@ -155,3 +155,53 @@ TEST(SeqlenSettings, HeadDimTheKernelsLackAndNoModel) {
   o.model = "";
   EXPECT_TRUE(has(error_of(o), "--model"));
 }
+
+namespace {
+
+// An ok point of `length` tokens: prefill `prefill_s`, of which `attention_s` and `gemm_s`.
+PointOutcome point(std::int64_t length, double prefill_s, double attention_s, double gemm_s) {
+  PointOutcome p;
+  p.length = length;
+  p.prefill.stats.median = prefill_s;
+  p.prefill_ops.by_kind_s = {{"attention", attention_s}, {"gemm", gemm_s}};
+  p.prefill_ops.total_s = attention_s + gemm_s;
+  return p;
+}
+
+}  // namespace
+
+TEST(SeqlenAnalysis, KneesWithinTheSweep) {
+  // Attention grows as L^2 and passes the GEMMs between 4096 and 8192; the latency's slope
+  // from 4096 to 8192 is log2(3) > 1.15.
+  std::vector<PointOutcome> pts = {point(1024, 1.0, 0.1, 0.9), point(2048, 2.0, 0.4, 1.6),
+                                   point(4096, 4.0, 1.6, 2.4), point(8192, 12.0, 6.4, 5.6)};
+  PointOutcome skipped;
+  skipped.length = 16384;
+  skipped.status = "skipped";
+  pts.push_back(skipped);
+  const Knees k = find_knees(pts);
+  ASSERT_TRUE(k.enough_points);
+  ASSERT_TRUE(k.attention_passes_gemm.has_value());
+  EXPECT_GT(*k.attention_passes_gemm, 4096.0);
+  EXPECT_LT(*k.attention_passes_gemm, 8192.0);
+  EXPECT_FALSE(k.attention_passes_gemm_extrapolated.has_value());
+  ASSERT_TRUE(k.superlinear_from.has_value());
+  EXPECT_EQ(*k.superlinear_from, 4096.0);
+  EXPECT_EQ(k.first_skipped, 16384);
+}
+
+TEST(SeqlenAnalysis, KneesExtrapolatedPastTheSweepAndTooFewPoints) {
+  // Attention at a tenth of the GEMMs at 8192 tokens: the two meet at 10 x 8192 (L^2 vs L).
+  const Knees k = find_knees({point(4096, 1.0, 0.025, 0.95), point(8192, 2.0, 0.1, 1.0)});
+  EXPECT_FALSE(k.attention_passes_gemm.has_value());
+  ASSERT_TRUE(k.attention_passes_gemm_extrapolated.has_value());
+  EXPECT_DOUBLE_EQ(*k.attention_passes_gemm_extrapolated, 81920.0);
+  EXPECT_FALSE(k.superlinear_from.has_value());  // slope exactly 1
+  EXPECT_EQ(k.first_skipped, 0);
+  PointOutcome failed = point(2048, 1.0, 0.1, 0.9);
+  failed.status = "failed";
+  const Knees few = find_knees({point(1024, 1.0, 0.1, 0.9), failed});
+  EXPECT_FALSE(few.enough_points);
+  EXPECT_FALSE(few.attention_passes_gemm.has_value());
+  EXPECT_EQ(few.first_skipped, 0);  // a failed point is not a memory knee
+}

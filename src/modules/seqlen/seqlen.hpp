@@ -104,6 +104,19 @@ struct AttentionOutcome {
 AttentionOutcome run_attention_alone(Context& ctx, int gpu, const Settings& s,
                                      std::int64_t length, model::AttentionPath path);
 
+// The knees of one batch size's points (ascending lengths), from the ok ones: where prefill
+// attention time passes the GEMMs' (interpolated; else extrapolated from the longest point as
+// L x gemm / attention, attention growing as L^2 and GEMMs as L), where prefill latency turns
+// super-linear (model::superlinear_onset), and the first length skipped. Needs two ok points
+// for the first two.
+struct Knees {
+  std::optional<double> attention_passes_gemm, attention_passes_gemm_extrapolated;
+  std::optional<double> superlinear_from;
+  std::int64_t first_skipped = 0;  // 0: none
+  bool enough_points = false;
+};
+Knees find_knees(const std::vector<PointOutcome>& points);
+
 // The longest prompt (a multiple of 128 up to `cap`) whose memory plan fits `free_bytes`
 // for `batch` sequences generating `generate` tokens; 0 when none does.
 std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,

@@ -258,52 +258,33 @@ class SeqlenModule final : public Module {
     const GpuInfo* info = ctx.system().gpu(gpu);
     const std::uint64_t free = info ? info->memory_free_bytes : 0;
     for (const auto& [batch, points] : by_batch) {
-      std::vector<double> xs, attn, gemm, pre;
-      std::int64_t first_skipped = 0;
-      for (const auto& p : points) {
-        if (p.status != "ok") {
-          if (p.status == "skipped" && !first_skipped) first_skipped = p.length;
-          continue;
-        }
-        xs.push_back(static_cast<double>(p.length));
-        attn.push_back(p.prefill_ops.by_kind_s.count("attention")
-                           ? p.prefill_ops.by_kind_s.at("attention")
-                           : 0.0);
-        gemm.push_back(p.prefill_ops.by_kind_s.count("gemm") ? p.prefill_ops.by_kind_s.at("gemm")
-                                                             : 0.0);
-        pre.push_back(p.prefill.median_s());
-      }
+      const Knees kn = find_knees(points);
+      auto opt = [](const std::optional<double>& v) {
+        return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+      };
       nlohmann::ordered_json k = {{"batch", batch}};
-      if (xs.size() >= 2) {
-        if (auto c = model::crossover(xs, attn, gemm)) {
-          k["attention_passes_gemm_at"] = *c;
-        } else {
-          k["attention_passes_gemm_at"] = nullptr;
-          // Past the sweep: attention grows as L^2 and the GEMMs as L, so from the longest
-          // point the two meet at L x gemm / attention.
-          if (attn.back() > 0)
-            k["attention_passes_gemm_extrapolated"] = xs.back() * gemm.back() / attn.back();
-        }
-        if (auto c = model::superlinear_onset(xs, pre))
-          k["superlinear_from"] = *c;
-        else
-          k["superlinear_from"] = nullptr;
+      if (kn.enough_points) {
+        k["attention_passes_gemm_at"] = opt(kn.attention_passes_gemm);
+        if (kn.attention_passes_gemm_extrapolated)
+          k["attention_passes_gemm_extrapolated"] = *kn.attention_passes_gemm_extrapolated;
+        k["superlinear_from"] = opt(kn.superlinear_from);
       }
       if (free)
         k["longest_prompt_fitting"] =
             longest_fitting(m, batch, s.output_lens.back(), elem, free, 1 << 20);
-      k["first_skipped"] = first_skipped ? nlohmann::ordered_json(first_skipped) : nullptr;
+      k["first_skipped"] =
+          kn.first_skipped ? nlohmann::ordered_json(kn.first_skipped) : nlohmann::ordered_json();
       report.extra["knees"].push_back(k);
       if (batch == s.batch_sizes.front()) {
-        if (k.contains("attention_passes_gemm_at") && !k["attention_passes_gemm_at"].is_null())
+        if (kn.attention_passes_gemm)
           report.set_headline(fmt::format("attention_passes_gemm_at_b{}", batch),
-                              k["attention_passes_gemm_at"].get<double>(), "tokens");
-        else if (k.contains("attention_passes_gemm_extrapolated"))
+                              *kn.attention_passes_gemm, "tokens");
+        else if (kn.attention_passes_gemm_extrapolated)
           report.set_headline(fmt::format("attention_passes_gemm_extrapolated_b{}", batch),
-                              k["attention_passes_gemm_extrapolated"].get<double>(), "tokens");
-        if (k.contains("superlinear_from") && !k["superlinear_from"].is_null())
+                              *kn.attention_passes_gemm_extrapolated, "tokens");
+        if (kn.superlinear_from)
           report.set_headline(fmt::format("prefill_superlinear_from_b{}", batch),
-                              k["superlinear_from"].get<double>(), "tokens");
+                              *kn.superlinear_from, "tokens");
         if (k.contains("longest_prompt_fitting"))
           report.set_headline(fmt::format("longest_prompt_fitting_b{}", batch),
                               k["longest_prompt_fitting"].get<double>(), "tokens");

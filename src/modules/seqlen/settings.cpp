@@ -173,6 +173,32 @@ double OpTimes::share(const std::string& kind) const {
   return it == by_kind_s.end() || total_s <= 0 ? 0.0 : it->second / total_s;
 }
 
+Knees find_knees(const std::vector<PointOutcome>& points) {
+  Knees k;
+  std::vector<double> xs, attn, gemm, pre;
+  auto kind = [](const OpTimes& t, const char* name) {
+    const auto it = t.by_kind_s.find(name);
+    return it == t.by_kind_s.end() ? 0.0 : it->second;
+  };
+  for (const auto& p : points) {
+    if (p.status != "ok") {
+      if (p.status == "skipped" && !k.first_skipped) k.first_skipped = p.length;
+      continue;
+    }
+    xs.push_back(static_cast<double>(p.length));
+    attn.push_back(kind(p.prefill_ops, "attention"));
+    gemm.push_back(kind(p.prefill_ops, "gemm"));
+    pre.push_back(p.prefill.median_s());
+  }
+  if (xs.size() < 2) return k;
+  k.enough_points = true;
+  k.attention_passes_gemm = model::crossover(xs, attn, gemm);
+  if (!k.attention_passes_gemm && attn.back() > 0)
+    k.attention_passes_gemm_extrapolated = xs.back() * gemm.back() / attn.back();
+  k.superlinear_from = model::superlinear_onset(xs, pre);
+  return k;
+}
+
 std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
                              std::int64_t generate, int elem_bytes, std::uint64_t free_bytes,
                              std::int64_t cap) {
