@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
 
 namespace gpubench::model {
 
@@ -430,6 +431,20 @@ std::vector<LayerGemm> layer_gemms(const ModelConfig& model, long long tokens) {
   }
   gemms.push_back({"mlp_down", tokens, h, ff});
   return gemms;
+}
+
+ModelConfig load_engine_model(const std::string& preset, const std::string& config_path) {
+  ModelConfig m;
+  if (!trim(config_path).empty()) {
+    m = load_model_config(config_path);
+  } else {
+    if (trim(preset).empty()) throw InputError("--model: give a preset or --model-config");
+    m = load_preset(trim(preset));
+  }
+  if (m.head_dim != 64 && m.head_dim != 128)
+    throw InputError(m.name + ": head_dim " + std::to_string(m.head_dim) +
+                     " is not supported by the engine's attention kernels (64 or 128)");
+  return m;
 }
 
 }  // namespace gpubench::model

@@ -61,6 +61,11 @@ ModelConfig load_preset(const std::string& name);
 // on an unreadable file, invalid JSON, a missing or non-positive field.
 ModelConfig load_model_config(const std::string& path);
 
+// The --model / --model-config pair of the transformer subcommands (seqlen, tp, pp): the
+// config file when given, else the preset; then the engine's limit (its attention kernels take
+// head_dim 64 or 128). InputError naming the option or the model.
+ModelConfig load_engine_model(const std::string& preset, const std::string& config_path);
+
 // The shared normalizer: reads the HF spellings of each field (hidden_size | n_embd | d_model,
 // ...) and fills in each family's defaults. `name` names the model in errors and in the result.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& name);

@@ -67,16 +67,7 @@ std::vector<std::int64_t> parse_counts(const std::string& text, const std::strin
 
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
-  if (!trim(o.model_config).empty()) {
-    s.model = model::load_model_config(o.model_config);
-  } else {
-    if (trim(o.model).empty()) throw InputError("--model: give a preset or --model-config");
-    s.model = model::load_preset(trim(o.model));
-  }
-  if (s.model.head_dim != 64 && s.model.head_dim != 128)
-    throw InputError(fmt::format("{}: head_dim {} is not supported by the engine's attention "
-                                 "kernels (64 or 128)",
-                                 s.model.name, s.model.head_dim));
+  s.model = model::load_engine_model(o.model, o.model_config);
   const std::string dt = trim(o.dtype);
   if (dt == "bf16") {
     s.dtype = ActDtype::BF16;

@@ -1,0 +1,217 @@
+// Host side of the future `gpubench tp` subcommand (not registered yet): its settings, checked
+// against the model (which TP degrees split heads, KV heads and the MLP evenly) and the GPUs
+// before anything touches them, and the shard each rank holds.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "tp.hpp"
+
+namespace gpubench::tp {
+
+namespace {
+
+constexpr std::int64_t kMaxTokens = 1 << 20;
+constexpr std::int64_t kMaxBatch = 4096;
+constexpr std::int64_t kMaxDegree = 1024;
+constexpr std::int64_t kMaxMicroSize = 1 << 16;
+
+// A whole number, optionally negative (so "--tp -1" says "at least 1", not "malformed").
+std::int64_t parse_int(const std::string& text, const std::string& option) {
+  const std::string t = trim(text);
+  const std::size_t digits = !t.empty() && t[0] == '-' ? 1 : 0;
+  if (t.size() == digits || t.size() > 9 + digits ||
+      !std::all_of(t.begin() + digits, t.end(), [](unsigned char c) { return std::isdigit(c); }))
+    throw InputError(fmt::format("{}: '{}' is not a whole number", option, text));
+  return std::stoll(t);
+}
+
+// "a,b,c" -> ascending unique values, each in [1, max].
+std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
+                                       std::int64_t max) {
+  std::vector<std::int64_t> out;
+  for (const auto& item : split_list(trim(text))) {
+    const std::int64_t v = parse_int(item, option);
+    if (v < 1 || v > max) throw InputError(fmt::format("{}: {} is outside 1..{}", option, v, max));
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::int64_t> or_default(const std::string& text, const std::string& option,
+                                     std::int64_t max, std::vector<std::int64_t> fallback) {
+  return trim(text).empty() ? fallback : parse_counts(text, option, max);
+}
+
+// The TP degrees: explicit ones must all run; default ones that cannot are dropped with a note.
+std::vector<int> resolve_degrees(const Options& o, const model::ModelConfig& m, int visible,
+                                 std::vector<std::string>& notes) {
+  const bool given = !trim(o.tp).empty();
+  std::vector<int> out;
+  for (const auto& item : split_list(given ? trim(o.tp) : std::string("1,2,4"))) {
+    const std::int64_t t = parse_int(item, "--tp");
+    if (t < 1) throw InputError(fmt::format("--tp: {} must be at least 1", t));
+    if (t > kMaxDegree) throw InputError(fmt::format("--tp: {} is above {}", t, kMaxDegree));
+    const int d = static_cast<int>(t);
+    std::string why = why_not_divisible(m, d);
+    if (why.empty() && visible > 0 && d > visible)
+      why = fmt::format("--tp: {} needs {} GPUs, {} visible", d, d, visible);
+    if (!why.empty()) {
+      if (given) throw InputError(why);
+      notes.push_back(fmt::format("default degree {} left out ({})", d, why.substr(6)));
+      continue;
+    }
+    out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<MicroKind> parse_micro(const std::string& text) {
+  std::vector<MicroKind> out;
+  if (trim(text).empty()) return out;
+  bool column = false, row = false;
+  for (const auto& item : split_list(trim(text))) {
+    const std::string v = trim(item);
+    if (v == "column")
+      column = true;
+    else if (v == "row")
+      row = true;
+    else
+      throw InputError(fmt::format("--micro: '{}' is not column or row", item));
+  }
+  if (column) out.push_back(MicroKind::Column);
+  if (row) out.push_back(MicroKind::Row);
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(MicroKind kind) {
+  return kind == MicroKind::Column ? "column" : "row";
+}
+
+std::string why_not_divisible(const model::ModelConfig& m, int t) {
+  if (t < 1) return fmt::format("--tp: {} must be at least 1", t);
+  if (m.num_heads % t != 0)
+    return fmt::format("--tp: {} does not divide {}'s {} attention heads", t, m.name,
+                       m.num_heads);
+  if (m.num_kv_heads % t != 0)
+    return fmt::format(
+        "--tp: {} does not divide {}'s {} KV heads (grouped-query attention: each rank holds "
+        "whole KV heads, so {} KV heads cannot be split {} ways)",
+        t, m.name, m.num_kv_heads, m.num_kv_heads, t);
+  if (m.intermediate_size % t != 0)
+    return fmt::format("--tp: {} does not divide {}'s intermediate size {}", t, m.name,
+                       m.intermediate_size);
+  return "";
+}
+
+Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
+  Settings s;
+  s.model = model::load_engine_model(o.model, o.model_config);
+  const std::string dt = trim(o.dtype);
+  if (dt != "bf16" && dt != "fp16")
+    throw InputError(
+        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", o.dtype));
+  s.dtype = dt;
+  s.elem_bytes = 2;
+  if (o.layers < 0 || o.layers > s.model.num_layers)
+    throw InputError(fmt::format("--layers: {} is outside 0..{} (0: all of {})", o.layers,
+                                 s.model.num_layers, s.model.name));
+  s.layers = o.layers > 0 ? o.layers : s.model.num_layers;
+  s.tp = resolve_degrees(o, s.model, visible_gpus, s.notes);
+
+  s.seq_lens = or_default(o.seq_lens, "--seq-lens", kMaxTokens,
+                          quick ? std::vector<std::int64_t>{1024, 4096}
+                                : std::vector<std::int64_t>{128, 512, 1024, 2048, 4096});
+  s.batch_sizes = or_default(o.batch_sizes, "--batch-sizes", kMaxBatch, {1});
+  s.contexts = or_default(o.contexts, "--contexts", kMaxTokens, {2048});
+  // The engine runs any position (learned tables are allocated as long as needed), but the model
+  // was not trained past its own: say so rather than refuse.
+  const std::int64_t longest = std::max(s.seq_lens.back(), s.contexts.back() + 1);
+  if (longest > s.model.max_positions)
+    s.notes.push_back(fmt::format("positions up to {} pass {}'s {}: the model was not trained "
+                                  "that far",
+                                  longest, s.model.name, s.model.max_positions));
+
+  // Sequence parallelism splits each prompt's tokens over the ranks (Megatron's [s/t, b, h]).
+  s.sequence_parallel = o.sequence_parallel;
+  if (s.sequence_parallel)
+    for (int t : s.tp)
+      for (std::int64_t l : s.seq_lens)
+        if (l % t != 0)
+          throw InputError(fmt::format("--seq-lens: {} tokens do not split over --tp {} "
+                                       "(--sequence-parallel gives each rank whole tokens)",
+                                       l, t));
+
+  s.micro = parse_micro(o.micro);
+  if (o.micro_size < 1 || o.micro_size > kMaxMicroSize)
+    throw InputError(fmt::format("--micro-size: {} is outside 1..{}", o.micro_size,
+                                 kMaxMicroSize));
+  s.micro_size = o.micro_size;
+  if (!s.micro.empty())
+    for (int t : s.tp)
+      if (s.micro_size % t != 0)
+        throw InputError(fmt::format("--micro-size: {} does not split over --tp {}",
+                                     s.micro_size, t));
+  s.micro_tokens =
+      or_default(o.micro_tokens, "--micro-tokens", kMaxTokens, {1, 16, 128, 1024, 4096});
+  s.overlap = o.overlap;
+  if (o.overlap_chunks < 1)
+    throw InputError(fmt::format("--overlap-chunks: {} must be at least 1", o.overlap_chunks));
+  if (s.micro_size % o.overlap_chunks != 0)
+    throw InputError(fmt::format("--overlap-chunks: {} does not divide --micro-size {}",
+                                 o.overlap_chunks, s.micro_size));
+  s.overlap_chunks = o.overlap_chunks;
+  return s;
+}
+
+nlohmann::ordered_json Settings::to_json() const {
+  std::vector<std::string> micro_names;
+  for (MicroKind k : micro) micro_names.push_back(to_string(k));
+  return {{"model", model.to_json()},
+          {"layers", layers},
+          {"tp", tp},
+          {"seq_lens", seq_lens},
+          {"batch_sizes", batch_sizes},
+          {"contexts", contexts},
+          {"dtype", dtype},
+          {"sequence_parallel", sequence_parallel},
+          {"micro", micro_names},
+          {"micro_size", micro_size},
+          {"micro_tokens", micro_tokens},
+          {"overlap", overlap},
+          {"overlap_chunks", overlap_chunks}};
+}
+
+ShardShape shard_shape(const model::ModelConfig& m, int t, int rank) {
+  const std::string why = why_not_divisible(m, t);
+  if (!why.empty()) throw InputError(why);
+  if (rank < 0 || rank >= t)
+    throw InputError(fmt::format("tp rank {} is outside 0..{}", rank, t - 1));
+  ShardShape s;
+  s.t = t;
+  s.rank = rank;
+  s.heads = m.num_heads / t;
+  s.kv_heads = m.num_kv_heads / t;
+  s.q_dim = s.heads * m.head_dim;
+  s.kv_dim = s.kv_heads * m.head_dim;
+  s.intermediate = m.intermediate_size / t;
+  const std::int64_t q = m.q_dim(), kv = m.kv_dim(), I = m.intermediate_size, r = rank;
+  s.qkv_rows = {{r * s.q_dim, s.q_dim}, {q + r * s.kv_dim, s.kv_dim},
+                {q + kv + r * s.kv_dim, s.kv_dim}};
+  s.gate_up_rows = {{r * s.intermediate, s.intermediate}};
+  if (m.gated_mlp) s.gate_up_rows.push_back({I + r * s.intermediate, s.intermediate});
+  s.out_cols = {r * s.q_dim, s.q_dim};
+  s.down_cols = {r * s.intermediate, s.intermediate};
+  return s;
+}
+
+}  // namespace gpubench::tp

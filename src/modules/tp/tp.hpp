@@ -1,0 +1,208 @@
+#pragma once
+// Host side of the future `gpubench tp` subcommand (tensor parallelism, Megatron style). It is
+// not registered yet (src/core/registry.cpp lists "tp" as planned) and nothing calls it: this is
+// the arithmetic the GPU runs will rest on. Options and their checks against the model (which
+// degrees shard it evenly), what each rank holds of every weight, the bytes each layer moves
+// between ranks, the prediction "TP=1 compute / t + measured collectives" and its error, the
+// column/row-parallel micro-benchmark shapes and the headline keys.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubench/model/cost.hpp"
+#include "gpubench/model/presets.hpp"
+
+namespace gpubench::tp {
+
+// ---------------------------------------------------------------------------------------------
+// Options and settings
+
+// As given on the command line or in the config (long option names = INI keys); empty lists
+// mean "the default for this mode".
+struct Options {
+  std::string model = "llama-2-7b";
+  std::string model_config;  // a HuggingFace config.json instead of a preset
+  std::string tp;            // TP degrees; default 1,2,4
+  std::string seq_lens;      // prefill prompts; default 128,512,1024,2048,4096; quick 1024,4096
+  std::string batch_sizes;   // default 1 (both modes)
+  std::string contexts;      // decode: tokens already cached; default 2048 (both modes)
+  int layers = 0;            // > 0: only this many decoder layers (all by default)
+  std::string dtype = "bf16";
+  bool sequence_parallel = false;  // prefill: reduce-scatter + all-gather instead of all-reduce
+  std::string micro;               // "" (none) or a list of column,row
+  std::int64_t micro_size = 8192;  // the micro-benchmark's W is micro_size x micro_size
+  std::string micro_tokens;        // default 1,16,128,1024,4096
+  bool overlap = false;            // micro: overlap the collective with the GEMM in chunks
+  int overlap_chunks = 4;
+};
+
+// The two Megatron linear layers the micro-benchmark isolates.
+enum class MicroKind { Column, Row };
+const char* to_string(MicroKind kind);  // "column" / "row"
+
+struct Settings {
+  model::ModelConfig model;
+  int layers = 0;                                             // layers actually run
+  std::vector<int> tp;                                        // ascending, unique
+  std::vector<std::int64_t> seq_lens, batch_sizes, contexts;  // ascending, unique
+  std::string dtype = "bf16";                                 // "bf16" | "fp16"
+  int elem_bytes = 2;
+  bool sequence_parallel = false;
+  std::vector<MicroKind> micro;  // column before row; empty: no micro-benchmark
+  std::int64_t micro_size = 8192;
+  std::vector<std::int64_t> micro_tokens;
+  bool overlap = false;
+  int overlap_chunks = 4;
+  std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
+  nlohmann::ordered_json to_json() const;
+};
+
+// Applies the mode's defaults and checks every value; throws InputError("--option: why") with
+// one line. For each degree t, in order: t >= 1; t divides the attention heads, then the KV
+// heads (grouped-query attention: every rank holds whole KV heads, none are replicated), then
+// the intermediate size (the vocabulary need not divide: the LM head is not sharded here); then
+// t <= visible_gpus. A t that is not a power of two is fine when it divides all three.
+// visible_gpus <= 0 means unknown (no check). Default degrees that cannot run (too few GPUs,
+// uneven split) are dropped with a note instead of an error.
+Settings resolve_settings(const Options& o, bool quick, int visible_gpus);
+
+// Empty when `t` splits `m` evenly (heads, KV heads, intermediate); else why not, as the
+// "--tp: ..." line resolve_settings throws.
+std::string why_not_divisible(const model::ModelConfig& m, int t);
+
+// ---------------------------------------------------------------------------------------------
+// Shards (what each rank holds)
+
+// A contiguous range of rows (or columns) of a full weight: [start, start + count).
+struct Range {
+  std::int64_t start = 0, count = 0;
+  bool operator==(const Range& o) const { return start == o.start && count == o.count; }
+};
+
+// What rank `rank` of `t` holds of one decoder layer, Megatron style. Column-parallel weights
+// (qkv, gate_up / up) are split along their output rows; row-parallel ones (attention out, down)
+// along their input columns, so the only communication is the sum of the row-parallel outputs.
+// Ranges index the FULL fused weights of the engine's layout:
+//   qkv     [q_dim + 2 kv_dim, hidden], q rows then k rows then v rows: three blocks
+//           (q: r*q/t, k: q + r*kv/t, v: q + kv + r*kv/t; q/t, kv/t, kv/t rows)
+//   gate_up [2I, hidden] gate rows then up rows (gated): two blocks (r*I/t and I + r*I/t, I/t
+//           rows each); up [I, hidden] (not gated): one block
+//   out     [hidden, q_dim]: columns r*q/t, q/t of them
+//   down    [hidden, I]: columns r*I/t, I/t of them
+// Biases: the qkv and up (gate_up) biases follow their rows (same ranges); the out and down
+// biases are not split: they are added once, after the all-reduce (adding them on every rank
+// before it would count them t times).
+struct ShardShape {
+  int t = 1, rank = 0;
+  int heads = 0, kv_heads = 0;  // local attention and KV heads
+  int q_dim = 0, kv_dim = 0;    // local heads x head_dim
+  int intermediate = 0;         // local intermediate size
+  std::vector<Range> qkv_rows;
+  std::vector<Range> gate_up_rows;
+  Range out_cols, down_cols;
+};
+// InputError when t does not split the model (why_not_divisible) or rank is not in 0..t-1.
+ShardShape shard_shape(const model::ModelConfig& m, int t, int rank);
+
+// What one decoder layer sends between the t ranks in one forward step. `rows` of activations
+// are summed (or scattered and gathered): batch x tokens in prefill, batch in decode.
+//   Without sequence parallelism: 2 all-reduces (after attention out, after MLP down), each of
+//   rows x hidden x elem bytes.
+//   With it (prefill only: decode keeps the all-reduces, one row per sequence is not split):
+//   each all-reduce becomes a reduce-scatter (input rows x hidden x elem) and, before the next
+//   column-parallel GEMM, an all-gather (output rows x hidden x elem): 2 + 2 collectives of the
+//   same size. Bus bytes (what each rank's links carry, nccl-tests busbw factors) are equal:
+//   all-reduce 2(t-1)/t x size = reduce-scatter (t-1)/t x size + all-gather (t-1)/t x size.
+// At t = 1 nothing moves (all counts 0).
+struct LayerComm {
+  int all_reduces = 0, reduce_scatters = 0, all_gathers = 0;
+  std::uint64_t bytes_per_collective = 0;  // nccl-tests "size" of each one
+  std::uint64_t total_bytes = 0;           // collectives x bytes_per_collective
+  double bus_bytes = 0;                    // sum of size x bus factor
+};
+// InputError when batch or tokens (prefill) < 1, t < 1 or elem_bytes is not 1, 2 or 4.
+LayerComm layer_comm(const model::ModelConfig& m, model::Phase phase, std::int64_t batch,
+                     std::int64_t tokens, int elem_bytes, int t, bool sequence_parallel);
+
+// ---------------------------------------------------------------------------------------------
+// Prediction (analysis.cpp)
+
+// Collective time by message size, measured on t GPUs (the allreduce module's out-of-place
+// points: allreduce::Point{size, time_s} -> CommSample{size, time_s}).
+struct CommSample {
+  double bytes = 0, seconds = 0;
+};
+struct CommTable {
+  int ranks = 0;
+  std::vector<CommSample> samples;  // ascending bytes, all positive
+  // Linear in (log bytes, log seconds) between samples (exact at them); below the smallest, its
+  // time (latency bound); above the largest, the last segment's bandwidth added on (or the
+  // largest sample's algbw when the last segment does not grow). InputError when empty, not
+  // ascending or not positive, or bytes <= 0.
+  double seconds(double bytes) const;
+};
+
+struct Prediction {
+  double compute_s = 0, comm_s = 0, total_s = 0;
+};
+// One forward step at TP=t: layers x layer_compute_s / t (one layer's compute measured at TP=1,
+// assumed to split perfectly) plus 2 x layers x table.seconds(bytes_per_allreduce) (no
+// communication at t = 1, whatever the table). InputError when t < 1, layers < 1,
+// layer_compute_s < 0, or t > 1 and the table was measured on other than t ranks.
+Prediction predict(double layer_compute_s, int t, int layers, double bytes_per_allreduce,
+                   const CommTable& table);
+
+// 100 x (predicted - measured) / measured: positive when the prediction is slower than the run.
+// InputError when measured <= 0.
+double prediction_error_pct(double measured_s, double predicted_s);
+
+// tp1_s / tp_s; speed-up / t; comm_s / total_s. InputError on non-positive denominators.
+double speedup(double tp1_s, double tp_s);
+double efficiency(double speedup, int t);
+double comm_share(double comm_s, double total_s);
+
+// The decode check: a decode step at TP=t should expose about 2 x layers small all-reduces of
+// batch x hidden x elem bytes each (nothing hides them: every GEMM waits for the sum before).
+double expected_decode_comm_s(int layers, double bytes_per_allreduce, const CommTable& table);
+
+// |a - b| <= pct% of |b| (b is the reference). InputError when pct < 0.
+bool within_pct(double a, double b, double pct);
+
+// ---------------------------------------------------------------------------------------------
+// Micro-benchmark shapes
+
+// One rank's GEMM of the micro-benchmark, Y[tokens x n] = X[tokens x k] W^T, with a square
+// W of size x size split over t ranks:
+//   column-parallel: W's rows are split: each rank computes [tokens, size/t] from the full input
+//     (k = size, n = size/t). No communication is needed for the next row-parallel layer; the
+//     optional all-gather that rebuilds the full output moves tokens x size x elem bytes
+//     (nccl-tests all_gather size: the gathered output).
+//   row-parallel: W's columns are split: each rank computes a partial [tokens, size] from its
+//     size/t slice of the input (k = size/t, n = size), then an all-reduce of tokens x size x elem
+//     bytes sums them.
+struct MicroShape {
+  MicroKind kind = MicroKind::Column;
+  std::int64_t tokens = 0, n = 0, k = 0;  // the local GEMM
+  double flops_per_rank = 0;              // 2 x tokens x n x k
+  std::uint64_t comm_bytes = 0;           // tokens x size x elem (0 at t = 1)
+  std::string collective;                 // "all_gather" (optional) or "all_reduce"; "" at t = 1
+};
+// InputError when size, tokens or t < 1, t does not divide size, or elem_bytes not 1, 2 or 4.
+MicroShape micro_shape(MicroKind kind, std::int64_t size, std::int64_t tokens, int t,
+                       int elem_bytes);
+
+// ---------------------------------------------------------------------------------------------
+// Headline keys
+
+enum class HeadlineKind { PrefillSpeedup, DecodeSpeedup, CommSharePrefill };
+// "tp{t}_prefill_speedup_{len}", "tp{t}_decode_speedup_ctx{len}", "tp{t}_comm_share_prefill_{len}"
+std::string headline_key(HeadlineKind kind, int t, std::int64_t length);
+
+inline constexpr const char* kTp2PrefillSpeedup4096 = "tp2_prefill_speedup_4096";
+inline constexpr const char* kTp2DecodeSpeedupCtx2048 = "tp2_decode_speedup_ctx2048";
+inline constexpr const char* kTp4PrefillSpeedup4096 = "tp4_prefill_speedup_4096";
+inline constexpr const char* kTp2CommSharePrefill4096 = "tp2_comm_share_prefill_4096";
+
+}  // namespace gpubench::tp
