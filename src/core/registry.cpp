@@ -7,6 +7,11 @@
 
 namespace gpubench {
 
+std::optional<std::string> Module::unsupported(const System&, const std::vector<int>& gpus) const {
+  if (gpus.empty()) return std::string("no GPU selected");
+  return std::nullopt;
+}
+
 ModulePtr make_env_module();
 ModulePtr make_bandwidth_module();
 ModulePtr make_allreduce_module();

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubench/core/errors.hpp"
 #include "gpubench/core/result.hpp"
 
 namespace CLI {
@@ -29,9 +30,10 @@ class Module {
   virtual void add_options(CLI::App& app) = 0;
   // Checks option values after parsing (throws InputError with one clear line).
   virtual void validate() const {}
-  // Why it cannot run on this system (e.g. "needs 2 GPUs with peer access"), or nothing.
+  // Why it cannot run on this system (e.g. "needs 2 GPUs with peer access"), or nothing. By
+  // default: it needs at least one selected GPU.
   virtual std::optional<std::string> unsupported(const System& system,
-                                                 const std::vector<int>& gpus) const = 0;
+                                                 const std::vector<int>& gpus) const;
   // The effective options, recorded in the report's "config".
   virtual nlohmann::ordered_json config() const = 0;
   // Runs and returns the report's data: results, headline, matrices, sweeps, warnings.
@@ -40,6 +42,29 @@ class Module {
   virtual bool needs_gpu() const { return true; }
   // Does it run one rank per process under mpirun/srun? Others run on rank 0 alone there.
   virtual bool supports_mpi() const { return false; }
+};
+
+// A module whose options resolve (for a mode: quick or not) into a Settings with to_json():
+// validate() resolves them, so bad input fails before anything runs, and config() is the
+// settings the last run used, else those the options resolve to (empty when they do not).
+// The module binds opts_ in add_options() and sets effective_ in run().
+template <class Options, class Settings>
+class ResolvingModule : public Module {
+ public:
+  void validate() const override { (void)resolve(opts_, /*quick=*/false); }
+  nlohmann::ordered_json config() const override {
+    if (effective_) return effective_->to_json();
+    try {
+      return resolve(opts_, false).to_json();
+    } catch (const InputError&) {
+      return nlohmann::ordered_json::object();
+    }
+  }
+
+ protected:
+  virtual Settings resolve(const Options& options, bool quick) const = 0;
+  Options opts_;
+  std::optional<Settings> effective_;
 };
 
 using ModulePtr = std::unique_ptr<Module>;

@@ -44,12 +44,6 @@ class BandwidthModule final : public Module {
 
   void validate() const override { (void)bandwidth::resolve_settings(opts_, /*quick=*/false); }
 
-  std::optional<std::string> unsupported(const System&,
-                                         const std::vector<int>& gpus) const override {
-    if (gpus.empty()) return std::string("no GPU selected");
-    return std::nullopt;
-  }
-
   nlohmann::ordered_json config() const override {
     if (effective_) return effective_->to_json();
     try {

@@ -61,7 +61,7 @@ double steady_tflops(const CaseOutcome& o) {
   return TFLOPs(gemm_flops(o.spec.shape) * o.repeats, tail[tail.size() / 2]);
 }
 
-class MatmulModule final : public Module {
+class MatmulModule final : public ResolvingModule<Options, Settings> {
  public:
   std::string name() const override { return "matmul"; }
   std::string help() const override {
@@ -104,25 +104,8 @@ class MatmulModule final : public Module {
         ->capture_default_str();
   }
 
-  void validate() const override { (void)resolve_settings(opts_, /*quick=*/false); }
-
-  std::optional<std::string> unsupported(const System&,
-                                         const std::vector<int>& gpus) const override {
-    if (gpus.empty()) return std::string("no GPU selected");
-    return std::nullopt;
-  }
-
-  nlohmann::ordered_json config() const override {
-    if (effective_) return effective_->to_json();
-    try {
-      return resolve_settings(opts_, false).to_json();
-    } catch (const InputError&) {
-      return nlohmann::ordered_json::object();
-    }
-  }
-
   Report run(Context& ctx) override {
-    const Settings settings = resolve_settings(opts_, ctx.quick());
+    const Settings settings = resolve(opts_, ctx.quick());
     effective_ = settings;
     check_memory(ctx, settings);
 
@@ -188,6 +171,9 @@ class MatmulModule final : public Module {
   }
 
  private:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick);
+  }
   std::optional<double> peak(GemmDtype t) const {
     if (!peaks_) return std::nullopt;
     return peaks_->peak(to_string(t));
@@ -379,8 +365,6 @@ class MatmulModule final : public Module {
                           "TFLOP/s");
   }
 
-  Options opts_;
-  std::optional<Settings> effective_;
   std::optional<PeakSpec> peaks_;
 };
 

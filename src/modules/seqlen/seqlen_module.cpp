@@ -10,8 +10,8 @@
 #include "gpubench/core/cudnn_attention.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
-#include "gpubench/core/result.hpp"
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/result.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/core/units.hpp"
 #include "seqlen.hpp"
@@ -28,7 +28,7 @@ double ms(double s) {
   return s * 1e3;
 }
 
-class SeqlenModule final : public Module {
+class SeqlenModule final : public ResolvingModule<Options, Settings> {
  public:
   std::string name() const override { return "seqlen"; }
   std::string help() const override {
@@ -65,25 +65,8 @@ class SeqlenModule final : public Module {
         ->capture_default_str();
   }
 
-  void validate() const override { (void)resolve_settings(opts_, /*quick=*/false); }
-
-  std::optional<std::string> unsupported(const System&,
-                                         const std::vector<int>& gpus) const override {
-    if (gpus.empty()) return std::string("no GPU selected");
-    return std::nullopt;
-  }
-
-  nlohmann::ordered_json config() const override {
-    if (effective_) return effective_->to_json();
-    try {
-      return resolve_settings(opts_, false).to_json();
-    } catch (const InputError&) {
-      return nlohmann::ordered_json::object();
-    }
-  }
-
   Report run(Context& ctx) override {
-    const Settings s = resolve_settings(opts_, ctx.quick());
+    const Settings s = resolve(opts_, ctx.quick());
     effective_ = s;
     Report report;
     report.module = name();
@@ -91,8 +74,8 @@ class SeqlenModule final : public Module {
     for (const auto& n : s.notes) report.warn(n);
     const int gpu = ctx.gpus().front();
     if (ctx.gpus().size() > 1)
-      report.warn(fmt::format("seqlen runs on one GPU: GPU {} (of {} selected)", gpu,
-                              ctx.gpus().size()));
+      report.warn(
+          fmt::format("seqlen runs on one GPU: GPU {} (of {} selected)", gpu, ctx.gpus().size()));
     const GpuInfo* info = ctx.system().gpu(gpu);
     std::optional<double> peak;
     double hbm = 0;
@@ -145,6 +128,9 @@ class SeqlenModule final : public Module {
   }
 
  private:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick);
+  }
   // Prefill attention alone at each length >= 512 (batch 1): the chosen path, and gpubench's own
   // kernel beside cuDNN's when cuDNN ran.
   void run_attention(Context& ctx, int gpu, const Settings& s, Report& report) {
@@ -181,8 +167,8 @@ class SeqlenModule final : public Module {
     report.add(std::move(r));
   }
 
-  void record(Report& report, const Settings& s, const model::ModelConfig& m,
-              const PointOutcome& o, const std::optional<double>& peak, double hbm, int elem) {
+  void record(Report& report, const Settings& s, const model::ModelConfig& m, const PointOutcome& o,
+              const std::optional<double>& peak, double hbm, int elem) {
     CaseResult r;
     r.group = fmt::format("{} {}, {} layers: batch {}", s.model.name, to_string(s.dtype), s.layers,
                           o.batch);
@@ -204,7 +190,8 @@ class SeqlenModule final : public Module {
     if (peak) r.metric("prefill_mfu", mfu_pct(TFLOPs(pc.total.flops, pre), *peak), "%");
     r.metric("decode", ms(dec), "ms/token");
     r.metric("decode_tokens_per_s", o.batch / dec, "tok/s");
-    if (hbm > 0) r.metric("decode_hbm_share", 100 * model::decode_hbm_share(dc.total.bytes, dec, hbm), "%");
+    if (hbm > 0)
+      r.metric("decode_hbm_share", 100 * model::decode_hbm_share(dc.total.bytes, dec, hbm), "%");
     for (const auto& [g, sec] : o.e2e_s) {
       r.metric(fmt::format("e2e_{}", g), ms(sec), "ms");
       r.metric(fmt::format("tokens_per_s_{}", g), o.batch * g / sec, "tok/s");
@@ -242,8 +229,8 @@ class SeqlenModule final : public Module {
           d.group = fmt::format("Layer {} ops, {}: batch {}, prompt {}", s.layers / 2, phase,
                                 o.batch, o.length);
           d.name = op;
-          d.params = {{"batch", o.batch}, {"prompt", o.length}, {"phase", phase},
-                      {"kind", op_kind(op)}};
+          d.params = {
+              {"batch", o.batch}, {"prompt", o.length}, {"phase", phase}, {"kind", op_kind(op)}};
           d.metric("time", v * 1e6, "us");
           d.metric("share", layer_total > 0 ? 100 * v / layer_total : 0, "%");
           report.add(std::move(d));
@@ -316,16 +303,39 @@ class SeqlenModule final : public Module {
 
   void sweeps(Report& report, const Settings& s,
               const std::map<std::int64_t, std::vector<PointOutcome>>& by_batch) {
-    Sweep pre{"seqlen_prefill_ms", "Prefill latency (time to first token) against prompt length",
-              "prompt", "tokens", "latency", "ms", true, {}};
-    Sweep dec{"seqlen_decode_ms", "Decode latency per token against context", "context", "tokens",
-              "latency", "ms/token", true, {}};
+    Sweep pre{"seqlen_prefill_ms",
+              "Prefill latency (time to first token) against prompt length",
+              "prompt",
+              "tokens",
+              "latency",
+              "ms",
+              true,
+              {}};
+    Sweep dec{"seqlen_decode_ms",
+              "Decode latency per token against context",
+              "context",
+              "tokens",
+              "latency",
+              "ms/token",
+              true,
+              {}};
     const std::int64_t g = s.output_lens.back();
-    Sweep e2e{"seqlen_e2e_ms", fmt::format("End-to-end latency for {} generated tokens", g),
-              "prompt", "tokens", "latency", "ms", true, {}};
+    Sweep e2e{"seqlen_e2e_ms",
+              fmt::format("End-to-end latency for {} generated tokens", g),
+              "prompt",
+              "tokens",
+              "latency",
+              "ms",
+              true,
+              {}};
     Sweep brk{"seqlen_prefill_split_ms",
               fmt::format("Prefill time by kind, batch {}", s.batch_sizes.front()),
-              "prompt", "tokens", "time", "ms", true, {}};
+              "prompt",
+              "tokens",
+              "time",
+              "ms",
+              true,
+              {}};
     std::map<std::string, Series> kinds;
     for (const auto& [batch, points] : by_batch) {
       Series a{fmt::format("batch {}", batch), {}, {}}, b = a, c = a;
@@ -358,9 +368,6 @@ class SeqlenModule final : public Module {
     for (Sweep* sw : {&pre, &dec, &e2e, &brk})
       if (!sw->series.empty()) report.sweeps.push_back(*sw);
   }
-
-  Options opts_;
-  std::optional<Settings> effective_;
 };
 
 }  // namespace
