@@ -21,6 +21,7 @@
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "graph_timing.hpp"
 
 using namespace gpubench;
 
@@ -244,7 +245,6 @@ TEST(DecodeAttention, ReportBandwidth) {
                           {1, 8, 512},   {1, 8, 8192},  {1, 8, 32768}, {8, 32, 512},
                           {8, 32, 2048}, {8, 32, 8192}, {8, 8, 8192}};
   Stream stream(kGpu);
-  Event start(kGpu), stop(kGpu);
   for (const Shape& s : shapes) {
     AttentionArgs a;
     a.dtype = AttnDtype::BF16;
@@ -274,24 +274,7 @@ TEST(DecodeAttention, ReportBandwidth) {
       decode_attention(a, splits, ws.get(), stream.get());
     };
     for (int i = 0; i < 3; ++i) run(i);
-    // Replayed from a CUDA graph as in the engine: host launch costs do not count.
-    constexpr int kReps = 30;
-    cudaGraph_t graph = nullptr;
-    GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kReps; ++i) run(i);
-    GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    cudaGraphExec_t exec = nullptr;
-    GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));  // warm-up replay
-    GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
-    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-    GPB_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
-    stream.synchronize();
-    GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    GPB_CUDA_CHECK(cudaGraphDestroy(graph));
-    float ms = 0;
-    GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-    const double seconds = ms * 1e-3 / kReps;
+    const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
     const double bw = 2.0 * cache_bytes / seconds;
     std::printf(
         "decode attention bf16 d128 batch %d heads 32/%d keys %6d splits %2d (chunks of %d keys,"

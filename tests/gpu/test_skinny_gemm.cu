@@ -19,6 +19,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "graph_timing.hpp"
 #include "skinny_gemm.cuh"
 
 using namespace gpubench;
@@ -223,7 +224,6 @@ TEST(SkinnyGemm, ReportBandwidth) {
                           {"down", 4096, 11008},
                           {"lm_head", 32000, 4096}};
   Stream stream(kGpu);
-  Event start(kGpu), stop(kGpu);
   for (const Shape& s : shapes) {
     const std::size_t w_bytes = static_cast<std::size_t>(s.out) * s.in * 2;
     const int copies = static_cast<int>(3 * static_cast<std::size_t>(l2) / w_bytes + 1);
@@ -237,23 +237,7 @@ TEST(SkinnyGemm, ReportBandwidth) {
                     s.out, s.in, SkinnyDtype::BF16, stream.get());
       };
       for (int i = 0; i < 3; ++i) run(i);
-      constexpr int kReps = 30;
-      cudaGraph_t graph = nullptr;
-      GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < kReps; ++i) run(i);
-      GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-      cudaGraphExec_t exec = nullptr;
-      GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));  // warm-up replay
-      GPB_CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
-      GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-      GPB_CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
-      stream.synchronize();
-      GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      GPB_CUDA_CHECK(cudaGraphDestroy(graph));
-      float ms = 0;
-      GPB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-      const double seconds = ms * 1e-3 / kReps;
+      const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
       const double bw = w_bytes / seconds;
       std::printf(
           "skinny gemm %-7s W %5lld x %5lld bf16 rows %d (%s path): %8.2f us/call"
