@@ -20,6 +20,7 @@
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "device_common.cuh"
 #include "pdl.cuh"
 
 namespace gpubench {
@@ -86,37 +87,6 @@ __device__ __forceinline__ uint4 load_once(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-}
-
-// 8 packed bf16 / fp16 values to floats.
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      __half2 h;
-      static_assert(sizeof(h) == sizeof(w[i]));
-      memcpy(&h, &w[i], sizeof(h));
-      const float2 v = __half22float2(h);
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-    }
-  }
-}
-
-template <class T>
-__device__ __forceinline__ T to_storage(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_storage<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half to_storage<__half>(float v) {
-  return __float2half_rn(v);
 }
 
 // Grid: x = (b * kv_heads + g) * hsub + sub (sub: which HB-head slice of the group), y = chunk.
@@ -311,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     }
     const std::int64_t bh = static_cast<std::int64_t>(b) * p.heads + h0 + hh;
     if (p.splits == 1) {
-      static_cast<T*>(p.out)[bh * D + d] = to_storage<T>(sum > 0 ? o / sum : 0.f);
+      static_cast<T*>(p.out)[bh * D + d] = from_float<T>(sum > 0 ? o / sum : 0.f);
     } else {
       const std::int64_t part = bh * p.splits + split;
       p.ws_o[part * D + d] = o;
@@ -415,10 +385,10 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
     t.w += red4[i][c].w;
   }
   T* out = static_cast<T*>(p.out) + bh * D + c * 4;
-  out[0] = to_storage<T>(t.x * inv);
-  out[1] = to_storage<T>(t.y * inv);
-  out[2] = to_storage<T>(t.z * inv);
-  out[3] = to_storage<T>(t.w * inv);
+  out[0] = from_float<T>(t.x * inv);
+  out[1] = from_float<T>(t.y * inv);
+  out[2] = from_float<T>(t.z * inv);
+  out[3] = from_float<T>(t.w * inv);
 }
 
 template <class T, int D, int HB>

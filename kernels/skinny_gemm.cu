@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "gpubench/core/cuda.hpp"
+#include "device_common.cuh"
 #include "gpubench/core/errors.hpp"
 #include "pdl.cuh"
 #include "skinny_gemm.cuh"
@@ -104,20 +105,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-}
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-template <class T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(v);
-  else
-    return __float2half_rn(v);
 }
 
 // Grid: one block per 16 outputs. Dynamic shared memory: kRingBytes, reused for the warps' sums.
@@ -202,23 +189,6 @@ __device__ __forceinline__ uint4 load_weight(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-}
-
-// 8 packed bf16 / fp16 values to floats.
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const unsigned v[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      f[2 * i] = __uint_as_float(v[i] << 16);
-      f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
-    } else {
-      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&v[i]));
-      f[2 * i] = h.x;
-      f[2 * i + 1] = h.y;
-    }
-  }
 }
 
 // CUDA-core path. ROWS: rows of X (1..4); RW: W rows a warp takes at once (1 or 2). Grid: at

@@ -158,25 +158,13 @@ void fill_tokens(std::int32_t* ids, std::int64_t n, int vocab, std::uint64_t see
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device_common.cuh"
+
 namespace gpubench::transformer_detail {
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
+// Conversions: one definition for every kernel (device_common.cuh).
+using gpubench::from_float;
+using gpubench::to_float;
 
 // V consecutive elements moved as one access (V = 8: 16 bytes; V = 1: the element path).
 template <class T, int V>

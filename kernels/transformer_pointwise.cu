@@ -107,10 +107,6 @@ __global__ void add_bias_kernel(T* inout, const T* bias, std::int64_t rows, int 
   }
 }
 
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.0f + expf(-x));
-}
-
 template <class T, int V>
 __global__ void swiglu_kernel(T* out, const T* gate_up, std::int64_t tokens, int intermediate) {
   pdl_start();
