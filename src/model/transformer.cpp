@@ -115,6 +115,29 @@ void* Transformer::weight(std::int64_t rows, std::int64_t cols, std::uint64_t id
   return store.back().get();
 }
 
+void* Transformer::weight_rows(const std::vector<Range>& rows, std::int64_t cols,
+                               std::uint64_t id, float scale, cudaStream_t stream) {
+  std::int64_t total = 0;
+  for (const Range& r : rows) total += r.count;
+  weights_.push_back(alloc(static_cast<std::uint64_t>(total * cols) * elem_, &memory_.weights));
+  auto* dst = weights_.back().as<unsigned char>();
+  for (const Range& r : rows) {
+    fill_weight(dst, r.count, static_cast<int>(cols), r.start, 0, cols, opts_.seed, id, scale,
+                opts_.dtype, stream);
+    dst += static_cast<std::uint64_t>(r.count * cols) * elem_;
+  }
+  return weights_.back().get();
+}
+
+void* Transformer::weight_cols(std::int64_t rows, Range range, std::int64_t full_cols,
+                               std::uint64_t id, float scale, cudaStream_t stream) {
+  weights_.push_back(
+      alloc(static_cast<std::uint64_t>(rows * range.count) * elem_, &memory_.weights));
+  fill_weight(weights_.back().get(), rows, static_cast<int>(range.count), 0, range.start, full_cols,
+              opts_.seed, id, scale, opts_.dtype, stream);
+  return weights_.back().get();
+}
+
 Transformer::Transformer(const ModelConfig& model, const EngineOptions& options, int device)
     : model_(model),
       opts_(options),
@@ -127,11 +150,14 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
         fmt::format("{}: head_dim {} (the attention kernels take 64 or 128)", m.name, m.head_dim));
   if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
     throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
+  shard_ = shard_shape(m, opts_.tp_size, opts_.tp_rank);  // InputError when t does not split m
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   attention_ = std::make_unique<AttentionRunner>(device_, opts_.attention);
   Stream setup(device_);
   cudaStream_t s = setup.get();
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  // Full dimensions (weight scales, fills) and this rank's (allocations).
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), I = m.intermediate_size;
+  const std::int64_t Ql = shard_.q_dim, KVl = shard_.kv_dim, Il = shard_.intermediate;
   const bool ln = m.norm == Norm::LayerNorm;
   auto norm_weight = [&](std::int64_t n, std::uint64_t bias_id, void** w, void** b) {
     weights_.push_back(alloc(static_cast<std::uint64_t>(n) * elem_, &memory_.weights));
@@ -151,14 +177,26 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
 
   const std::uint64_t cache_elems = static_cast<std::uint64_t>(opts_.max_batch) *
                                     static_cast<std::uint64_t>(opts_.max_context) *
-                                    static_cast<std::uint64_t>(KV);
+                                    static_cast<std::uint64_t>(KVl);
   kv_ = alloc(2 * static_cast<std::uint64_t>(layers_) * cache_elems * elem_, &memory_.kv_cache);
   for (int l = 0; l < layers_; ++l) {
     auto L = std::make_unique<Layer>();
     norm_weight(H, layer_id(l, kInNormBias), &L->in_norm_w, &L->in_norm_b);
-    L->qkv_w = weight(Q + 2 * KV, H, layer_id(l, kQkv), 1.0f / std::sqrt(float(H)), s, weights_);
-    if (m.qkv_bias)
-      L->qkv_b = weight(1, Q + 2 * KV, layer_id(l, kQkvBias), kBiasScale, s, weights_);
+    // Column-parallel: this rank's q, k and v rows (gate and up rows below); row-parallel: its
+    // columns of out and down. At tp_size 1 the blocks cover the whole weight.
+    const std::int64_t qkv_cols = m.q_dim() + 2 * m.kv_dim();
+    L->qkv_w = weight_rows(shard_.qkv_rows, H, layer_id(l, kQkv), 1.0f / std::sqrt(float(H)), s);
+    if (m.qkv_bias) {
+      weights_.push_back(
+          alloc(static_cast<std::uint64_t>(Ql + 2 * KVl) * elem_, &memory_.weights));
+      auto* dst = weights_.back().as<unsigned char>();
+      for (const Range& r : shard_.qkv_rows) {  // a bias is one row: its columns follow the rows
+        fill_weight(dst, 1, static_cast<int>(r.count), 0, r.start, qkv_cols, opts_.seed,
+                    layer_id(l, kQkvBias), kBiasScale, opts_.dtype, s);
+        dst += static_cast<std::uint64_t>(r.count) * elem_;
+      }
+      L->qkv_b = weights_.back().get();
+    }
     if (m.qk_norm) {  // one buffer: the q norm's head_dim weights, then the k norm's
       weights_.push_back(
           alloc(static_cast<std::uint64_t>(2 * m.head_dim) * elem_, &memory_.weights));
@@ -166,13 +204,24 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
       L->q_norm_w = weights_.back().get();
       L->k_norm_w = static_cast<unsigned char*>(L->q_norm_w) + m.head_dim * elem_;
     }
-    L->out_w = weight(H, Q, layer_id(l, kOut), 1.0f / std::sqrt(float(Q)), s, weights_);
+    L->out_w = weight_cols(H, shard_.out_cols, Q, layer_id(l, kOut), 1.0f / std::sqrt(float(Q)), s);
     if (m.out_bias) L->out_b = weight(1, H, layer_id(l, kOutBias), kBiasScale, s, weights_);
     norm_weight(H, layer_id(l, kPostNormBias), &L->post_norm_w, &L->post_norm_b);
     const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
-    L->up_w = weight(up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s, weights_);
-    if (m.mlp_bias) L->up_b = weight(1, up_rows, layer_id(l, kUpBias), kBiasScale, s, weights_);
-    L->down_w = weight(H, I, layer_id(l, kDown), 1.0f / std::sqrt(float(I)), s, weights_);
+    L->up_w = weight_rows(shard_.gate_up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s);
+    if (m.mlp_bias) {
+      weights_.push_back(
+          alloc(static_cast<std::uint64_t>(m.gated_mlp ? 2 * Il : Il) * elem_, &memory_.weights));
+      auto* dst = weights_.back().as<unsigned char>();
+      for (const Range& r : shard_.gate_up_rows) {
+        fill_weight(dst, 1, static_cast<int>(r.count), 0, r.start, up_rows, opts_.seed,
+                    layer_id(l, kUpBias), kBiasScale, opts_.dtype, s);
+        dst += static_cast<std::uint64_t>(r.count) * elem_;
+      }
+      L->up_b = weights_.back().get();
+    }
+    L->down_w =
+        weight_cols(H, shard_.down_cols, I, layer_id(l, kDown), 1.0f / std::sqrt(float(I)), s);
     if (m.mlp_bias) L->down_b = weight(1, H, layer_id(l, kDownBias), kBiasScale, s, weights_);
     auto* base = kv_.as<unsigned char>() + 2 * static_cast<std::uint64_t>(l) * cache_elems * elem_;
     L->k_cache = base;
@@ -187,10 +236,10 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   x_ = act(H);
   h_ = act(H);
   tmp_ = act(H);
-  qkv_ = act(Q + 2 * KV);
-  attn_ = act(Q);
-  mlp_ = act(m.gated_mlp ? 2 * I : I);
-  act_ = act(I);
+  qkv_ = act(Ql + 2 * KVl);
+  attn_ = act(Ql);
+  mlp_ = act(m.gated_mlp ? 2 * Il : Il);
+  act_ = act(Il);
   positions_ = alloc(rows * sizeof(std::int32_t), &memory_.activations);
   ids_ = alloc(rows * sizeof(std::int32_t), &memory_.activations);
   last_ = alloc(static_cast<std::uint64_t>(opts_.max_batch) * H * elem_, &memory_.activations);
@@ -198,7 +247,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
                   &memory_.activations);
   AttentionArgs probe;
   probe.batch = opts_.max_batch;
-  probe.heads = m.num_heads;
+  probe.heads = shard_.heads;
   probe.head_dim = m.head_dim;
   attn_ws_ = alloc(decode_workspace_bytes(probe, 64), &memory_.workspace);
   int cc_major = 0;
@@ -294,6 +343,15 @@ void Transformer::linear(const char* op, int l, const void* x, const void* w, co
   if (bias) add_bias(y, bias, rows, static_cast<int>(out), opts_.dtype, stream);
 }
 
+void Transformer::reduce_rows(const char* op, int l, void* data, const void* bias,
+                              std::int64_t rows, cudaStream_t stream) {
+  {
+    OpScope scope(observer_, op, l, stream);
+    collectives_->all_reduce(data, rows * model_.hidden_size, opts_.dtype, stream);
+  }
+  if (bias) add_bias(data, bias, rows, model_.hidden_size, opts_.dtype, stream);
+}
+
 void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream) {
   if (batch < 1 || batch > opts_.max_batch || tokens < 1 || tokens > opts_.max_tokens)
     throw InputError(fmt::format("prefill: batch {} x {} tokens outside the engine's {} x {}",
@@ -310,6 +368,8 @@ void Transformer::decode(const std::int32_t* ids, int batch, int context, cudaSt
 
 void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
                           cudaStream_t stream) {
+  if (opts_.tp_size > 1 && collectives_ == nullptr)
+    throw InputError("engine: tensor parallelism needs set_collectives() before a step");
   const ModelConfig& m = model_;
   const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
   const std::int64_t H = m.hidden_size;
@@ -342,7 +402,11 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   const ModelConfig& m = model_;
   const Layer& L = *layer_[static_cast<std::size_t>(l)];
   const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  // This rank's widths (at tp_size 1 the model's): heads, KV heads and MLP columns are sharded.
+  const std::int64_t H = m.hidden_size, Q = shard_.q_dim, KV = shard_.kv_dim,
+                     I = shard_.intermediate;
+  const int heads = shard_.heads, kv_heads = shard_.kv_heads;
+  const bool split = opts_.tp_size > 1;
   const std::int64_t W = Q + 2 * KV;  // qkv row width
   const float eps = static_cast<float>(m.norm_eps);
   const bool ln = m.norm == Norm::LayerNorm;
@@ -361,15 +425,15 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   auto* qkv = qkv_.as<unsigned char>();
   if (m.qk_norm) {
     OpScope scope(observer_, "qk_norm", l, stream);
-    rms_norm_heads(qkv, L.q_norm_w, rows, m.num_heads, m.head_dim, W, eps, opts_.dtype, stream);
-    rms_norm_heads(qkv + Q * elem_, L.k_norm_w, rows, m.num_kv_heads, m.head_dim, W, eps,
-                   opts_.dtype, stream);
+    rms_norm_heads(qkv, L.q_norm_w, rows, heads, m.head_dim, W, eps, opts_.dtype, stream);
+    rms_norm_heads(qkv + Q * elem_, L.k_norm_w, rows, kv_heads, m.head_dim, W, eps, opts_.dtype,
+                   stream);
   }
   {
     // RoPE on q and k, k and v into the caches: one kernel.
     const bool rotary = m.positions == Positions::Rope;
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
-    qkv_to_cache(qkv, rows, tokens, m.num_heads, m.num_kv_heads, m.head_dim, W,
+    qkv_to_cache(qkv, rows, tokens, heads, kv_heads, m.head_dim, W,
                  positions_.as<std::int32_t>(), rotary, static_cast<float>(m.rope_theta),
                  L.k_cache, L.v_cache, opts_.max_context, opts_.dtype, stream);
   }
@@ -383,8 +447,8 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     a.dtype = attn_dtype(opts_.dtype);
     a.batch = batch;
     a.q_tokens = tokens;
-    a.heads = m.num_heads;
-    a.kv_heads = m.num_kv_heads;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
     a.head_dim = m.head_dim;
     a.q_pos0 = pos0;
     a.max_context = opts_.max_context;
@@ -401,7 +465,10 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
       attention_->run(a, stream);
     }
   }
-  linear("attn_out", l, attn_.get(), L.out_w, L.out_b, tmp_.get(), rows, H, Q, stream);
+  // Row-parallel: each rank's partial sum; the bias is added once, after the all-reduce.
+  linear("attn_out", l, attn_.get(), L.out_w, split ? nullptr : L.out_b, tmp_.get(), rows, H, Q,
+         stream);
+  if (split) reduce_rows("attn_all_reduce", l, tmp_.get(), L.out_b, rows, stream);
   {
     // x += attention output; h = post-attention norm of x.
     OpScope scope(observer_, "residual_norm", l, stream);
@@ -425,7 +492,9 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
       gelu(act_.get(), mlp_.get(), rows * I, m.activation == Activation::GeluTanh, opts_.dtype,
            stream);
   }
-  linear("mlp_down", l, act_.get(), L.down_w, L.down_b, tmp_.get(), rows, H, I, stream);
+  linear("mlp_down", l, act_.get(), L.down_w, split ? nullptr : L.down_b, tmp_.get(), rows, H, I,
+         stream);
+  if (split) reduce_rows("mlp_all_reduce", l, tmp_.get(), L.down_b, rows, stream);
   if (l + 1 < layers_) {
     // x += MLP output; h = the next layer's input norm of x.
     const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];

@@ -20,6 +20,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/model/shard.hpp"
 #include "attention.cuh"
 #include "transformer.cuh"
 
@@ -63,6 +64,21 @@ struct EngineOptions {
   int max_context = 2048;  // positions the KV cache holds per sequence
   std::uint64_t seed = 1;  // weights
   AttentionPath attention = AttentionPath::Auto;
+  // Tensor parallelism, Megatron style: this engine is rank tp_rank of tp_size. It holds its
+  // rank's shards (model::shard_shape) of the attention heads, KV heads and MLP columns, each the
+  // exact slice of the one-GPU model's seeded weight; embeddings, norms and the LM head are
+  // replicated. With tp_size > 1 the row-parallel outputs (attention out, MLP down) are summed
+  // over the ranks by the TpCollectives given to set_collectives(), their biases added after.
+  int tp_size = 1;
+  int tp_rank = 0;
+};
+
+// Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
+// all-reduce for `gpubench tp`). Every rank calls it at the same points of a step.
+class TpCollectives {
+ public:
+  virtual ~TpCollectives() = default;
+  virtual void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) = 0;
 };
 
 // Called around every operation of a step (for per-op CUDA-event timing); `layer` is -1 outside
@@ -108,13 +124,18 @@ class Transformer {
   const void* final_hidden() const noexcept { return last_.get(); }
 
   void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
+  // The all-reduce of the row-parallel outputs; required before a step when tp_size > 1.
+  void set_collectives(TpCollectives* collectives) noexcept { collectives_ = collectives; }
+  // What this rank holds (at tp_size 1: everything).
+  const ShardShape& shard() const noexcept { return shard_; }
 
   // The prefill attention path the last prefill used ("cudnn" or "own"), and why cuDNN was not
   // used when it was not ("" otherwise).
   const std::string& attention_path() const noexcept { return attention_path_; }
   const std::string& attention_note() const noexcept { return attention_note_; }
 
-  // A weight by name, for checks that recompute the model elsewhere: "embed", "lm_head",
+  // A weight by name (this rank's shard of it), for checks that recompute the model elsewhere:
+  // "embed", "lm_head",
   // "final_norm_w", "final_norm_b", and per layer "in_norm_w", "in_norm_b", "qkv_w", "qkv_b",
   // "q_norm_w", "k_norm_w", "out_w", "out_b", "post_norm_w", "post_norm_b", "up_w", "up_b",
   // "down_w", "down_b" (null when the model has no such tensor). Throws on an unknown name.
@@ -134,6 +155,15 @@ class Transformer {
   DeviceBuffer alloc(std::uint64_t bytes, std::uint64_t* counter);
   void* weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
                cudaStream_t stream, std::vector<DeviceBuffer>& store);
+  // The blocks `rows` of a full weight with `cols` columns, stacked in order.
+  void* weight_rows(const std::vector<Range>& rows, std::int64_t cols, std::uint64_t id, float scale,
+                    cudaStream_t stream);
+  // Columns `range` of a full [rows, full_cols] weight.
+  void* weight_cols(std::int64_t rows, Range range, std::int64_t full_cols, std::uint64_t id,
+                    float scale, cudaStream_t stream);
+  // Sums `rows` x hidden at `data` over the ranks (tp_size > 1), then adds `bias` (may be null).
+  void reduce_rows(const char* op, int l, void* data, const void* bias, std::int64_t rows,
+                   cudaStream_t stream);
 
   ModelConfig model_;
   EngineOptions opts_;
@@ -142,6 +172,8 @@ class Transformer {
   std::size_t elem_;
   EngineMemory memory_;
   OpObserver* observer_ = nullptr;
+  TpCollectives* collectives_ = nullptr;
+  ShardShape shard_;
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
   // (N, M, K) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.

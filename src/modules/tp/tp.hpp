@@ -1,18 +1,25 @@
 #pragma once
-// Host side of the future `gpubench tp` subcommand (tensor parallelism, Megatron style). It is
-// not registered yet (src/core/registry.cpp lists "tp" as planned) and nothing calls it: this is
-// the arithmetic the GPU runs will rest on. Options and their checks against the model (which
-// degrees shard it evenly), what each rank holds of every weight, the bytes each layer moves
-// between ranks, the prediction "TP=1 compute / t + measured collectives" and its error, the
-// column/row-parallel micro-benchmark shapes and the headline keys.
+// `gpubench tp` (tensor parallelism, Megatron style). Written but not registered yet
+// (src/core/registry.cpp lists "tp" as planned until it has run on GPUs). Options and their
+// checks against the model (which degrees shard it evenly), the bytes each layer moves between
+// ranks, the prediction "TP=1 compute / t + measured collectives" and its error, the
+// column/row-parallel micro-benchmark shapes, the headline keys, the engine's NCCL all-reduce
+// and the runs on the GPUs (bench.cpp, micro.cpp).
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <nccl.h>
 #include <nlohmann/json.hpp>
 
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/measure.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/model/shard.hpp"
+#include "gpubench/model/transformer.hpp"
 
 namespace gpubench::tp {
 
@@ -68,43 +75,15 @@ struct Settings {
 // uneven split) are dropped with a note instead of an error.
 Settings resolve_settings(const Options& o, bool quick, int visible_gpus);
 
-// Empty when `t` splits `m` evenly (heads, KV heads, intermediate); else why not, as the
-// "--tp: ..." line resolve_settings throws.
-std::string why_not_divisible(const model::ModelConfig& m, int t);
-
 // ---------------------------------------------------------------------------------------------
 // Shards (what each rank holds)
 
-// A contiguous range of rows (or columns) of a full weight: [start, start + count).
-struct Range {
-  std::int64_t start = 0, count = 0;
-  bool operator==(const Range& o) const { return start == o.start && count == o.count; }
-};
-
-// What rank `rank` of `t` holds of one decoder layer, Megatron style. Column-parallel weights
-// (qkv, gate_up / up) are split along their output rows; row-parallel ones (attention out, down)
-// along their input columns, so the only communication is the sum of the row-parallel outputs.
-// Ranges index the FULL fused weights of the engine's layout:
-//   qkv     [q_dim + 2 kv_dim, hidden], q rows then k rows then v rows: three blocks
-//           (q: r*q/t, k: q + r*kv/t, v: q + kv + r*kv/t; q/t, kv/t, kv/t rows)
-//   gate_up [2I, hidden] gate rows then up rows (gated): two blocks (r*I/t and I + r*I/t, I/t
-//           rows each); up [I, hidden] (not gated): one block
-//   out     [hidden, q_dim]: columns r*q/t, q/t of them
-//   down    [hidden, I]: columns r*I/t, I/t of them
-// Biases: the qkv and up (gate_up) biases follow their rows (same ranges); the out and down
-// biases are not split: they are added once, after the all-reduce (adding them on every rank
-// before it would count them t times).
-struct ShardShape {
-  int t = 1, rank = 0;
-  int heads = 0, kv_heads = 0;  // local attention and KV heads
-  int q_dim = 0, kv_dim = 0;    // local heads x head_dim
-  int intermediate = 0;         // local intermediate size
-  std::vector<Range> qkv_rows;
-  std::vector<Range> gate_up_rows;
-  Range out_cols, down_cols;
-};
-// InputError when t does not split the model (why_not_divisible) or rank is not in 0..t-1.
-ShardShape shard_shape(const model::ModelConfig& m, int t, int rank);
+// What each rank holds: model::ShardShape and model::shard_shape (gpubench/model/shard.hpp),
+// shared with the engine that builds the shards.
+using model::Range;
+using model::ShardShape;
+using model::shard_shape;
+using model::why_not_divisible;
 
 // What one decoder layer sends between the t ranks in one forward step. `rows` of activations
 // are summed (or scattered and gathered): batch x tokens in prefill, batch in decode.
@@ -204,5 +183,78 @@ inline constexpr const char* kTp2PrefillSpeedup4096 = "tp2_prefill_speedup_4096"
 inline constexpr const char* kTp2DecodeSpeedupCtx2048 = "tp2_decode_speedup_ctx2048";
 inline constexpr const char* kTp4PrefillSpeedup4096 = "tp4_prefill_speedup_4096";
 inline constexpr const char* kTp2CommSharePrefill4096 = "tp2_comm_share_prefill_4096";
+
+// ---------------------------------------------------------------------------------------------
+// Communication (collectives.cpp)
+
+// The engine's all-reduce of the row-parallel outputs over an NCCL communicator: an in-place
+// bf16 / fp16 sum on the step's stream (capturable in a CUDA graph). The communicator is owned by
+// the caller and must outlive this object.
+class NcclTpCollectives : public model::TpCollectives {
+ public:
+  explicit NcclTpCollectives(ncclComm_t comm) : comm_(comm) {}
+  void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override;
+
+ private:
+  ncclComm_t comm_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The runs (bench.cpp): the engine split over t GPUs, one thread (or MPI process) per rank
+
+// Events around the engine's operations of one eager step, summed by kind.
+struct OpSplit {
+  double gemm_s = 0, attention_s = 0, comm_s = 0, other_s = 0;
+  int comm_calls = 0;
+  double total_s() const { return gemm_s + attention_s + comm_s + other_s; }
+};
+// "gemm", "attention", "communication" or "other" for an engine op name.
+std::string op_kind(const std::string& op);
+
+// One measured point of one degree: a prefill of `length` tokens or a decode step at context
+// `length`, `batch` sequences.
+struct Outcome {
+  int t = 1;
+  model::Phase phase = model::Phase::Prefill;
+  std::int64_t batch = 1, length = 0;
+  std::string status = "ok", note;
+  Measurement step;                  // per iteration: the slowest rank's time
+  OpSplit ops;                       // rank 0's eager step with events
+  double allreduce_bytes = 0;        // one all-reduce of the layer (0 at t = 1)
+  double allreduce_alone_s = 0;      // the same all-reduce timed alone on the same GPUs
+  double check_error = 0;            // rank 0's logits against TP=1, relative L2
+  std::uint64_t memory_per_gpu = 0;  // the engine's bytes on rank 0
+};
+
+// Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
+using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<double>>;
+
+// Runs every (batch, prompt) prefill and (batch, context) decode point of `s` at degree t on
+// `devices` (t of them, one process; or this process's one device under MPI when group is
+// given). Fills `reference` at t = 1 and checks against it otherwise.
+std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
+                                const std::vector<int>& devices, ReferenceLogits& reference);
+
+// The column/row-parallel micro-benchmark at degree t: Y = X W^T with a square W of
+// s.micro_size on t ranks, for every kind of s.micro and token count of s.micro_tokens. X and W
+// are seeded per (row, column) so that every rank's slices are those of one full problem, and
+// the result is checked against the full GEMM on rank 0 (row-parallel: after the all-reduce;
+// column-parallel: every block of the all-gather). At t = 1 only the GEMM runs (the baseline).
+struct MicroOutcome {
+  MicroKind kind = MicroKind::Column;
+  int t = 1;
+  std::int64_t tokens = 0;
+  std::string status = "ok", note;
+  std::string collective;          // "all_reduce", "all_gather" or "" (t = 1)
+  double compute_s = 0;            // the local GEMM alone
+  double comm_s = 0;               // the collective alone
+  double total_s = 0;              // GEMM then collective
+  double overlap_s = 0;            // row-parallel in overlap_chunks chunks, collectives overlapped
+  double comm_bytes = 0;           // nccl-tests size of the collective
+  double flops_per_rank = 0;
+  double check_error = 0;          // relative L2 against the full GEMM
+};
+std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
+                                    const std::vector<int>& devices);
 
 }  // namespace gpubench::tp

@@ -1,0 +1,307 @@
+// The tensor-parallel engine (Megatron shards): every rank's weights are the exact slices of the
+// one-GPU model's (rows of qkv and gate|up with their biases, columns of out and down), and the
+// output of t ranks equals the TP=1 output within bf16 tolerance, prefill and decode after it:
+//   - on one GPU, t ranks in threads with a host-synchronized sum (covers t = 2 and 4 anywhere);
+//   - across GPUs over NCCL (skipped with fewer than 2 GPUs), as `gpubench tp` runs it.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../src/modules/tp/tp.hpp"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/model/presets.hpp"
+#include "gpubench/model/shard.hpp"
+#include "gpubench/model/transformer.hpp"
+
+using namespace gpubench;
+using namespace gpubench::model;
+
+namespace {
+
+constexpr int kGpu = 0;
+
+ModelConfig tiny_qwen() {  // GQA (8 heads, 4 KV heads), qkv bias, SwiGLU
+  return parse_model_config(nlohmann::json::parse(R"({
+    "model_type": "qwen2", "hidden_size": 512, "intermediate_size": 1024,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "vocab_size": 1000, "max_position_embeddings": 512, "hidden_act": "silu",
+    "rms_norm_eps": 1e-6, "tie_word_embeddings": false})"),
+                            "tiny-qwen");
+}
+
+ModelConfig tiny_opt() {  // LayerNorm, learned positions, ReLU, biases everywhere
+  return parse_model_config(nlohmann::json::parse(R"({
+    "model_type": "opt", "hidden_size": 256, "ffn_dim": 1024,
+    "num_hidden_layers": 2, "num_attention_heads": 4,
+    "vocab_size": 1000, "max_position_embeddings": 512, "activation_function": "relu",
+    "enable_bias": true, "do_layer_norm_before": true, "word_embed_proj_dim": 256,
+    "tie_word_embeddings": true})"),
+                            "tiny-opt");
+}
+
+EngineOptions options(int t, int rank) {
+  EngineOptions o;
+  o.max_batch = 2;
+  o.max_tokens = 48;
+  o.max_context = 64;
+  o.tp_size = t;
+  o.tp_rank = rank;
+  return o;
+}
+
+std::vector<std::uint16_t> download(const void* p, std::size_t elems) {
+  std::vector<std::uint16_t> h(elems);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  GPB_CUDA_CHECK(cudaMemcpy(h.data(), p, elems * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+std::vector<float> logits_of(const Transformer& t, int batch) {
+  const auto raw = download(t.logits(), static_cast<std::size_t>(batch) * t.model().vocab_size);
+  std::vector<float> out(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    __nv_bfloat16 b;
+    std::memcpy(&b, &raw[i], 2);
+    out[i] = __bfloat162float(b);
+  }
+  return out;
+}
+
+// Rows `r` of a row-major [*, cols] host matrix, stacked.
+std::vector<std::uint16_t> rows_of(const std::vector<std::uint16_t>& full, std::int64_t cols,
+                                   const std::vector<Range>& ranges) {
+  std::vector<std::uint16_t> out;
+  for (const Range& r : ranges)
+    out.insert(out.end(), full.begin() + r.start * cols, full.begin() + (r.start + r.count) * cols);
+  return out;
+}
+std::vector<std::uint16_t> cols_of(const std::vector<std::uint16_t>& full, std::int64_t rows,
+                                   std::int64_t cols, Range c) {
+  std::vector<std::uint16_t> out;
+  for (std::int64_t i = 0; i < rows; ++i)
+    out.insert(out.end(), full.begin() + i * cols + c.start,
+               full.begin() + i * cols + c.start + c.count);
+  return out;
+}
+
+// t ranks of one process on one GPU: the sum is done after every rank has synchronized its
+// stream (a host barrier), into rank 0's buffer, then copied back to the others.
+struct LocalGroup {
+  explicit LocalGroup(int n) : n(n), bufs(static_cast<std::size_t>(n)) {}
+  void barrier() {
+    std::unique_lock<std::mutex> lock(m);
+    const int gen = generation;
+    if (++arrived == n) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen; });
+    }
+  }
+  int n;
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0, generation = 0;
+  std::vector<void*> bufs;
+};
+
+class LocalCollectives : public TpCollectives {
+ public:
+  LocalCollectives(LocalGroup& g, int rank) : g_(g), rank_(rank) {}
+  void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override {
+    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    g_.bufs[static_cast<std::size_t>(rank_)] = data;
+    g_.barrier();
+    if (rank_ == 0) {
+      for (int r = 1; r < g_.n; ++r) residual_add(data, g_.bufs[r], elems, dtype, stream);
+      for (int r = 1; r < g_.n; ++r)
+        GPB_CUDA_CHECK(cudaMemcpyAsync(g_.bufs[r], data, static_cast<std::size_t>(elems) * 2,
+                                       cudaMemcpyDeviceToDevice, stream));
+      GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    g_.barrier();
+  }
+
+ private:
+  LocalGroup& g_;
+  int rank_;
+};
+
+// Prefill of `tokens` then one decode step: the logits after each (rank 0's, all equal).
+struct Outputs {
+  std::vector<float> prefill, decode;
+};
+Outputs run_steps(Transformer& t, cudaStream_t s) {
+  const int batch = 2, n = 40;
+  Outputs o;
+  const std::int32_t* ids = t.tokens(batch, n, 11, s);
+  t.prefill(ids, batch, n, s);
+  o.prefill = logits_of(t, batch);
+  const std::int32_t* next = t.tokens(batch, 1, 12, s);
+  t.decode(next, batch, n, s);
+  o.decode = logits_of(t, batch);
+  return o;
+}
+
+// Logits within 3% of the largest |logit| (bf16 storage; the ranks sum in another order).
+int mismatches(const std::vector<float>& want, const std::vector<float>& got) {
+  float scale = 0;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  int wrong = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    wrong += !(std::fabs(got[i] - want[i]) <= 0.03f * scale) || !std::isfinite(got[i]);
+  return scale > 0 ? wrong : -1;
+}
+
+}  // namespace
+
+TEST(TpEngine, ShardsAreSlicesOfTheFullWeights) {
+  DeviceGuard guard(kGpu);
+  for (const ModelConfig& m : {tiny_qwen(), tiny_opt()}) {
+    Transformer full(m, options(1, 0), kGpu);
+    const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(),
+                       I = m.intermediate_size, up = m.gated_mlp ? 2 * I : I;
+    for (int t : {2, 4}) {
+      for (int r = 0; r < t; ++r) {
+        Transformer part(m, options(t, r), kGpu);
+        const ShardShape& sh = part.shard();
+        ASSERT_EQ(sh.heads, m.num_heads / t);
+        for (int l = 0; l < 2; ++l) {
+          auto param = [&](const Transformer& e, const char* name, std::size_t elems) {
+            return download(e.parameter(name, l), elems);
+          };
+          const std::string where = m.name + " t=" + std::to_string(t) + " rank " +
+                                    std::to_string(r) + " layer " + std::to_string(l);
+          EXPECT_EQ(param(part, "qkv_w", (sh.q_dim + 2 * sh.kv_dim) * H),
+                    rows_of(param(full, "qkv_w", (Q + 2 * KV) * H), H, sh.qkv_rows))
+              << where;
+          EXPECT_EQ(param(part, "out_w", H * sh.q_dim),
+                    cols_of(param(full, "out_w", H * Q), H, Q, sh.out_cols))
+              << where;
+          const std::int64_t up_local = m.gated_mlp ? 2 * sh.intermediate : sh.intermediate;
+          EXPECT_EQ(param(part, "up_w", up_local * H),
+                    rows_of(param(full, "up_w", up * H), H, sh.gate_up_rows))
+              << where;
+          EXPECT_EQ(param(part, "down_w", H * sh.intermediate),
+                    cols_of(param(full, "down_w", H * I), H, I, sh.down_cols))
+              << where;
+          if (m.qkv_bias)
+            EXPECT_EQ(param(part, "qkv_b", sh.q_dim + 2 * sh.kv_dim),
+                      rows_of(param(full, "qkv_b", Q + 2 * KV), 1, sh.qkv_rows))
+                << where;
+          if (m.mlp_bias) {
+            EXPECT_EQ(param(part, "up_b", up_local),
+                      rows_of(param(full, "up_b", up), 1, sh.gate_up_rows))
+                << where;
+            // Row-parallel biases are whole on every rank (added once, after the sum).
+            EXPECT_EQ(param(part, "down_b", H), param(full, "down_b", H)) << where;
+          }
+          EXPECT_EQ(param(part, "in_norm_w", H), param(full, "in_norm_w", H)) << where;
+        }
+      }
+    }
+  }
+}
+
+TEST(TpEngine, MissingCollectivesAndBadRanksAreRefused) {
+  DeviceGuard guard(kGpu);
+  EXPECT_THROW(Transformer(tiny_qwen(), options(3, 0), kGpu), InputError);  // 8 heads
+  EXPECT_THROW(Transformer(tiny_qwen(), options(2, 2), kGpu), InputError);
+  Transformer t(tiny_qwen(), options(2, 0), kGpu);
+  Stream s(kGpu);
+  const std::int32_t* ids = t.tokens(1, 4, 1, s.get());
+  EXPECT_THROW(t.prefill(ids, 1, 4, s.get()), InputError);
+}
+
+// t ranks in threads on one GPU, summed through the host: the same math as NCCL's all-reduce.
+TEST(TpEngine, RanksOnOneGpuEqualTp1) {
+  DeviceGuard guard(kGpu);
+  for (const ModelConfig& m : {tiny_qwen(), tiny_opt()}) {
+    Outputs want;
+    {
+      Transformer one(m, options(1, 0), kGpu);
+      Stream s(kGpu);
+      want = run_steps(one, s.get());
+    }
+    for (int t : {2, 4}) {
+      LocalGroup group(t);
+      std::vector<Outputs> got(static_cast<std::size_t>(t));
+      std::vector<std::string> errors(static_cast<std::size_t>(t));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < t; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            DeviceGuard g(kGpu);
+            Transformer part(m, options(t, r), kGpu);
+            LocalCollectives c(group, r);
+            part.set_collectives(&c);
+            Stream s(kGpu);
+            got[static_cast<std::size_t>(r)] = run_steps(part, s.get());
+          } catch (const std::exception& e) {
+            errors[static_cast<std::size_t>(r)] = e.what();
+          }
+        });
+      for (auto& th : threads) th.join();
+      for (int r = 0; r < t; ++r) {
+        const auto& g = got[static_cast<std::size_t>(r)];
+        ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << m.name << " t=" << t;
+        EXPECT_EQ(mismatches(want.prefill, g.prefill), 0)
+            << m.name << " t=" << t << " rank " << r << ": prefill logits vs TP=1";
+        EXPECT_EQ(mismatches(want.decode, g.decode), 0)
+            << m.name << " t=" << t << " rank " << r << ": decode logits vs TP=1";
+      }
+    }
+  }
+}
+
+// Across GPUs over NCCL, as `gpubench tp` runs it: every degree that the visible GPUs allow.
+TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
+  int n = 0;
+  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  const ModelConfig m = tiny_qwen();
+  Outputs want;
+  {
+    DeviceGuard guard(kGpu);
+    Transformer one(m, options(1, 0), kGpu);
+    Stream s(kGpu);
+    want = run_steps(one, s.get());
+  }
+  for (int t : {2, 4}) {
+    if (t > n) continue;
+    std::vector<int> devices(static_cast<std::size_t>(t));
+    std::iota(devices.begin(), devices.end(), 0);
+    std::vector<Outputs> got(static_cast<std::size_t>(t));
+    ncclUniqueId id{};
+    RankGroup group(devices);
+    group.run([&](Rank& self) {
+      if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+      group.broadcast(self.rank, &id, sizeof(id));
+      NcclComm comm(id, t, self.rank);
+      Transformer part(m, options(t, self.rank), self.device);
+      tp::NcclTpCollectives c(comm.get());
+      part.set_collectives(&c);
+      got[static_cast<std::size_t>(self.rank)] = run_steps(part, self.stream->get());
+    });
+    for (int r = 0; r < t; ++r) {
+      EXPECT_EQ(mismatches(want.prefill, got[static_cast<std::size_t>(r)].prefill), 0)
+          << "t=" << t << " rank " << r << ": prefill logits vs TP=1";
+      EXPECT_EQ(mismatches(want.decode, got[static_cast<std::size_t>(r)].decode), 0)
+          << "t=" << t << " rank " << r << ": decode logits vs TP=1";
+    }
+  }
+}
