@@ -176,3 +176,14 @@ TEST(TpHeadline, KeysMatchTheIssue) {
   EXPECT_EQ(headline_key(HeadlineKind::CommSharePrefill, 2, 4096), kTp2CommSharePrefill4096);
   EXPECT_EQ(headline_key(HeadlineKind::DecodeSpeedup, 8, 512), "tp8_decode_speedup_ctx512");
 }
+
+// The engine's op names by kind, for the split of a step: the two all-reduces are communication.
+TEST(TpOpKind, EngineOpsByKind) {
+  EXPECT_EQ(op_kind("attn_all_reduce"), "communication");
+  EXPECT_EQ(op_kind("mlp_all_reduce"), "communication");
+  for (const char* g : {"qkv", "attn_out", "mlp_gate_up", "mlp_up", "mlp_down", "lm_head"})
+    EXPECT_EQ(op_kind(g), "gemm") << g;
+  EXPECT_EQ(op_kind("attention"), "attention");
+  for (const char* o : {"rope_kv_cache", "residual_norm", "mlp_act", "embedding", "final_norm"})
+    EXPECT_EQ(op_kind(o), "other") << o;
+}

@@ -8,95 +8,33 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 
 #include "attention.cuh"
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/model/observe.hpp"
 #include "seqlen.hpp"
 
 namespace gpubench::seqlen {
 
 namespace {
 
-// Events around every operation of a step; totals read back after the step finished.
-class OpTimer final : public model::OpObserver {
- public:
-  OpTimer(int device, int profiled_layer) : device_(device), profiled_(profiled_layer) {}
-
-  void begin(const char* op, int layer, cudaStream_t stream) override {
-    spans_.push_back({op, layer, next_event(), nullptr});
-    spans_.back().begin->record(stream);
+// The spans of one step summed by op and kind; `profiled` layer's ops also on their own.
+OpTimes summarize(const std::vector<model::OpSpan>& spans, int profiled) {
+  OpTimes t;
+  for (const auto& sp : spans) {
+    t.by_op_s[sp.op] += sp.seconds;
+    t.by_kind_s[op_kind(sp.op)] += sp.seconds;
+    if (sp.layer == profiled) t.layer_s[sp.op] += sp.seconds;
+    t.total_s += sp.seconds;
   }
-  void end(const char*, int, cudaStream_t stream) override {
-    spans_.back().end = next_event();
-    spans_.back().end->record(stream);
-  }
-
-  // Sums the spans of the finished step and forgets them.
-  OpTimes collect() {
-    OpTimes t;
-    for (const auto& sp : spans_) {
-      sp.end->synchronize();
-      const double s = sp.end->seconds_since(*sp.begin);
-      t.by_op_s[sp.op] += s;
-      t.by_kind_s[op_kind(sp.op)] += s;
-      if (sp.layer == profiled_) t.layer_s[sp.op] += s;
-      t.total_s += s;
-    }
-    spans_.clear();
-    used_ = 0;
-    return t;
-  }
-
- private:
-  struct Span {
-    std::string op;
-    int layer;
-    Event* begin;
-    Event* end;
-  };
-  Event* next_event() {
-    if (used_ == events_.size()) events_.emplace_back(device_);
-    return &events_[used_++];
-  }
-  int device_, profiled_;
-  std::deque<Event> events_;  // stable addresses, reused step after step
-  std::size_t used_ = 0;
-  std::vector<Span> spans_;
-};
-
-std::vector<double> logits_to_host(const void* p, std::size_t n, ActDtype dtype) {
-  std::vector<std::uint16_t> raw(n);
-  GPB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dtype == ActDtype::BF16) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(raw[i]) << 16;
-      float f;
-      std::memcpy(&f, &bits, sizeof(f));
-      out[i] = f;
-    } else {
-      __half_raw h;
-      h.x = raw[i];
-      out[i] = __half2float(__half(h));
-    }
-  }
-  return out;
+  return t;
 }
 
-// ||a - b|| / ||b||; infinity when either has a non-finite entry or b is all zero.
-double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : INFINITY;
-}
+using model::relative_l2;
+using model::to_host_values;
 
 // Limit of the decode-after-prefill check: the two paths round differently (GEMM vs GEMV
 // accumulation order, the prefill vs decode attention kernels) and the differences grow through
@@ -117,7 +55,7 @@ double check_decode_after_prefill(model::Transformer& t, std::int64_t batch, std
                                  cudaMemcpyDeviceToDevice, s));
   t.prefill(full.as<std::int32_t>(), b, n, s);
   GPB_CUDA_CHECK(cudaStreamSynchronize(s));
-  const auto want = logits_to_host(t.logits(), nl, t.options().dtype);
+  const auto want = to_host_values(t.logits(), nl, t.options().dtype);
   if (n < 2) return relative_l2(want, want);  // only finiteness can be checked
   GPB_CUDA_CHECK(cudaMemcpy2DAsync(head.get(), (n - 1) * 4, full.get(), n * 4, (n - 1) * 4, b,
                                    cudaMemcpyDeviceToDevice, s));
@@ -126,22 +64,7 @@ double check_decode_after_prefill(model::Transformer& t, std::int64_t batch, std
   t.prefill(head.as<std::int32_t>(), b, n - 1, s);
   t.decode(next.as<std::int32_t>(), b, n - 1, s);
   GPB_CUDA_CHECK(cudaStreamSynchronize(s));
-  return relative_l2(logits_to_host(t.logits(), nl, t.options().dtype), want);
-}
-
-// Every step is long (a prefill of a 7B model, or a decode step over its whole weights), so a
-// few iterations settle; the weights dwarf L2, so it is never flushed between steps.
-MeasureOptions step_options(const Context& ctx) {
-  MeasureOptions m = ctx.measure_options();
-  m.l2 = L2Policy::Hot;
-  if (m.fixed_iters == 0) {
-    m.warmup = 1;
-    m.min_iters = ctx.quick() ? 3 : 5;
-    m.min_time_s = ctx.quick() ? 0.05 : 0.2;
-    m.max_noise = 0.01;
-    m.max_time_s = ctx.quick() ? 1.0 : 3.0;
-  }
-  return m;
+  return relative_l2(to_host_values(t.logits(), nl, t.options().dtype), want);
 }
 
 std::uint64_t free_bytes(int gpu) {
@@ -208,7 +131,7 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
     return o;
   }
 
-  const MeasureOptions mo = step_options(ctx);
+  const MeasureOptions mo = model::engine_step_options(ctx);
   const std::int32_t* ids = t.tokens(b, n, 7, st);
   o.prefill = ctx.measure(gpu, st, [&](cudaStream_t s2, int) { t.prefill(ids, b, n, s2); }, mo);
 
@@ -220,12 +143,12 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
 
   // Breakdowns: one eager step each with events around every op.
   {
-    OpTimer timer(gpu, s.layers / 2);
+    model::OpSpans timer(gpu);
     t.set_observer(&timer);
     t.prefill(ids, b, n, st);
-    o.prefill_ops = timer.collect();
+    o.prefill_ops = summarize(timer.collect(), s.layers / 2);
     t.decode(ids, b, n, st);
-    o.decode_ops = timer.collect();
+    o.decode_ops = summarize(timer.collect(), s.layers / 2);
     t.set_observer(nullptr);
   }
 
@@ -300,8 +223,8 @@ AttentionOutcome run_attention_alone(Context& ctx, int gpu, const Settings& s,
   }
   runner.run(a, st);
   GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-  const auto got = logits_to_host(out.get(), static_cast<std::size_t>(qn), s.dtype);
-  const auto want = logits_to_host(ref.get(), static_cast<std::size_t>(qn), s.dtype);
+  const auto got = to_host_values(out.get(), static_cast<std::size_t>(qn), s.dtype);
+  const auto want = to_host_values(ref.get(), static_cast<std::size_t>(qn), s.dtype);
   double scale = 0, err = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     scale = std::max(scale, std::fabs(want[i]));

@@ -1,0 +1,203 @@
+// `gpubench tp` on the GPUs: the engine split over t ranks (a thread and a GPU each), every point
+// checked against the TP=1 logits, then prefill and decode steps timed (the slowest rank per
+// iteration), one eager step split by operation kind, and the layer's all-reduce timed alone on
+// the same communicator for the prediction and the bus-bandwidth comparison.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/model/observe.hpp"
+#include "tp.hpp"
+
+namespace gpubench::tp {
+
+namespace {
+
+// One eager step's spans summed by kind.
+OpSplit split_by_kind(const std::vector<model::OpSpan>& spans) {
+  OpSplit split;
+  for (const auto& sp : spans) {
+    const std::string kind = op_kind(sp.op);
+    if (kind == "gemm") {
+      split.gemm_s += sp.seconds;
+    } else if (kind == "attention") {
+      split.attention_s += sp.seconds;
+    } else if (kind == "communication") {
+      split.comm_s += sp.seconds;
+      ++split.comm_calls;
+    } else {
+      split.other_s += sp.seconds;
+    }
+  }
+  return split;
+}
+
+// TP=t against TP=1 on the same tokens: only the summation order differs (the partial products
+// of a row-parallel GEMM are added by the all-reduce); a wrong shard or a missing sum gives
+// errors of order 1.
+constexpr double kCheckLimit = 0.05;
+
+MeasureOptions collective_options(const Context& ctx) {
+  MeasureOptions m = ctx.measure_options();
+  m.l2 = L2Policy::Hot;
+  if (m.fixed_iters == 0) {
+    m.warmup = 5;
+    m.min_iters = 20;
+    m.min_time_s = ctx.quick() ? 0.02 : 0.1;
+    m.max_time_s = ctx.quick() ? 0.5 : 1.0;
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string op_kind(const std::string& op) {
+  static const std::set<std::string> gemms = {"qkv",     "attn_out", "mlp_gate_up",
+                                              "mlp_up",  "mlp_down", "lm_head"};
+  if (op.find("all_reduce") != std::string::npos) return "communication";
+  if (op == "attention") return "attention";
+  return gemms.count(op) ? "gemm" : "other";
+}
+
+std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
+                                const std::vector<int>& devices, ReferenceLogits& reference) {
+  if (t < 1 || static_cast<std::size_t>(t) > devices.size())
+    throw InputError(fmt::format("--tp: {} needs {} GPUs, {} selected", t, t, devices.size()));
+  const std::vector<int> devs(devices.begin(), devices.begin() + t);
+  const ActDtype dtype = s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
+  const std::int64_t H = s.model.hidden_size;
+  const std::int64_t max_prompt = std::max(s.seq_lens.back(), s.contexts.back());
+  const MeasureOptions step_mo = model::engine_step_options(ctx), comm_mo = collective_options(ctx);
+  std::vector<Outcome> out;
+  RankGroup group(devs);
+  group.run([&](Rank& self) {
+    ncclUniqueId id{};
+    NcclComm comm;
+    std::unique_ptr<NcclTpCollectives> collectives;
+    if (t > 1) {
+      if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+      group.broadcast(self.rank, &id, sizeof(id));
+      comm = NcclComm(id, t, self.rank);
+      collectives = std::make_unique<NcclTpCollectives>(comm.get());
+    }
+    cudaStream_t st = self.stream->get();
+    // Every rank must run the same sequence of collectives: stop only where all agree.
+    auto stop = [&] {
+      const auto seen = group.all_gather(self.rank, Context::interrupted() ? 1.0 : 0.0);
+      return std::any_of(seen.begin(), seen.end(), [](double v) { return v != 0; });
+    };
+    for (std::int64_t batch : s.batch_sizes) {
+      if (stop()) break;
+      model::EngineOptions eo;
+      eo.dtype = dtype;
+      eo.layers = s.layers;
+      eo.max_batch = static_cast<int>(batch);
+      eo.max_tokens = static_cast<int>(max_prompt);
+      eo.max_context = static_cast<int>(max_prompt + 1);
+      eo.tp_size = t;
+      eo.tp_rank = self.rank;
+      model::Transformer engine(s.model, eo, self.device);
+      if (collectives) engine.set_collectives(collectives.get());
+      // The standalone all-reduce's buffer: the largest message of this batch.
+      DeviceBuffer scratch(self.device, t > 1 ? static_cast<std::size_t>(batch * max_prompt * H * 2)
+                                              : std::size_t{16});
+      const int b = static_cast<int>(batch);
+
+      auto point = [&](model::Phase phase, std::int64_t len) {
+        Outcome o;
+        o.t = t;
+        o.phase = phase;
+        o.batch = batch;
+        o.length = len;
+        const int n = static_cast<int>(len);
+        const bool prefill = phase == model::Phase::Prefill;
+        if (self.rank == 0)
+          spdlog::info("tp: t={} {} batch {} {} {}", t, model::to_string(phase), batch,
+                       prefill ? "prompt" : "context", len);
+        // Prefill of `len` tokens; a decode step needs them in the cache first.
+        const std::int32_t* ids = engine.tokens(b, n, 7, st);
+        engine.prefill(ids, b, n, st);
+        CudaGraph graph;
+        const std::int32_t* next = nullptr;
+        if (!prefill) {
+          next = engine.tokens(b, 1, 8, st);
+          engine.decode(next, b, n, st);
+        }
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        if (self.rank == 0) {
+          const auto logits = model::to_host_values(
+              engine.logits(), static_cast<std::size_t>(b) * engine.model().vocab_size, dtype);
+          const auto key = std::make_tuple(static_cast<int>(phase), batch, len);
+          if (t == 1) {
+            reference[key] = logits;
+          } else if (auto it = reference.find(key); it != reference.end()) {
+            o.check_error = model::relative_l2(logits, it->second);
+            if (!(o.check_error <= kCheckLimit)) {
+              o.status = "failed";
+              o.note = fmt::format("logits differ from TP=1: relative error {:.3g} (limit {})",
+                                   o.check_error, kCheckLimit);
+            }
+          }
+        }
+        // Timed: the step (the slowest rank per iteration); a decode step from a CUDA graph.
+        Launch launch;
+        if (prefill) {
+          ids = engine.tokens(b, n, 7, st);
+          launch = [&](cudaStream_t s2, int) { engine.prefill(ids, b, n, s2); };
+        } else {
+          graph.capture(st, [&](cudaStream_t s2) { engine.decode(next, b, n, s2); });
+          launch = [&](cudaStream_t s2, int) { graph.launch(s2); };
+        }
+        o.step = group.measure(self, launch, step_mo);
+        // One eager step with events around every operation.
+        model::OpSpans timer(self.device);
+        engine.set_observer(&timer);
+        if (prefill)
+          engine.prefill(ids, b, n, st);
+        else
+          engine.decode(next, b, n, st);
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        engine.set_observer(nullptr);
+        o.ops = split_by_kind(timer.collect());
+        // The layer's all-reduce alone, same size, same GPUs.
+        if (t > 1) {
+          const std::int64_t rows = prefill ? batch * len : batch;
+          const std::size_t elems = static_cast<std::size_t>(rows * H);
+          o.allreduce_bytes = static_cast<double>(elems) * 2;
+          const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+          o.allreduce_alone_s =
+              group
+                  .measure(self,
+                           [&](cudaStream_t s2, int) {
+                             GPB_NCCL_CHECK(ncclAllReduce(scratch.get(), scratch.get(), elems,
+                                                          type, ncclSum, comm.get(), s2));
+                           },
+                           comm_mo)
+                  .median_s();
+        }
+        o.memory_per_gpu = engine.memory().total();
+        if (self.rank == 0) out.push_back(o);
+      };
+      for (std::int64_t len : s.seq_lens) {
+        if (stop()) break;
+        point(model::Phase::Prefill, len);
+      }
+      for (std::int64_t c : s.contexts) {
+        if (stop()) break;
+        point(model::Phase::Decode, c);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace gpubench::tp

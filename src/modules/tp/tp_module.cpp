@@ -1,0 +1,271 @@
+// `gpubench tp`: what tensor parallelism buys on this machine and what its all-reduces cost: the
+// engine split Megatron-style over 1, 2, 4 ... GPUs, prefill and decode, against TP=1 and
+// against the prediction "TP=1 compute / t + the all-reduces measured alone".
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/result.hpp"
+#include "tp.hpp"
+
+namespace gpubench {
+
+namespace {
+
+using namespace tp;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double ms(double s) {
+  return s * 1e3;
+}
+
+// nccl-tests' all-reduce bus factor: what each rank's links carry per byte reduced.
+double allreduce_bus_factor(int t) {
+  return t > 1 ? 2.0 * (t - 1) / t : 0.0;
+}
+
+class TpModule final : public ResolvingModule<Options, Settings> {
+ public:
+  std::string name() const override { return "tp"; }
+  std::string help() const override {
+    return "Tensor-parallel transformer: speed-up, efficiency, communication";
+  }
+
+  void add_options(CLI::App& app) override {
+    opts_ = Options{};
+    effective_.reset();
+    app.add_option("--model", opts_.model, "Model preset (default llama-2-7b)");
+    app.add_option("--model-config", opts_.model_config,
+                   "A HuggingFace config.json instead of a preset");
+    app.add_option("--tp", opts_.tp, "TP degrees (default 1,2,4: those the GPUs allow)");
+    app.add_option("--seq-lens", opts_.seq_lens,
+                   "Prefill prompt lengths (default 128,512,1024,2048,4096; quick 1024,4096)");
+    app.add_option("--batch-sizes", opts_.batch_sizes, "Sequences per step (default 1)");
+    app.add_option("--contexts", opts_.contexts, "Decode: tokens in the cache (default 2048)");
+    app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all)")
+        ->capture_default_str();
+    app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
+        ->capture_default_str();
+    app.add_option("--micro", opts_.micro,
+                   "Only the micro-benchmark Y = X W^T: column, row or column,row");
+    app.add_option("--micro-size", opts_.micro_size, "The micro-benchmark's W is this square")
+        ->capture_default_str();
+    app.add_option("--micro-tokens", opts_.micro_tokens,
+                   "The micro-benchmark's token counts (default 1,16,128,1024,4096)");
+    app.add_flag("--overlap", opts_.overlap,
+                 "Micro, row-parallel: also the GEMM in chunks, each chunk's all-reduce "
+                 "overlapping the next chunk's GEMM");
+    app.add_option("--overlap-chunks", opts_.overlap_chunks, "Chunks of --overlap")
+        ->capture_default_str();
+  }
+
+  Report run(Context& ctx) override {
+    const int visible = static_cast<int>(ctx.gpus().size());
+    const Settings s = resolve_settings(opts_, ctx.quick(), visible);
+    effective_ = s;
+    Report report;
+    report.module = name();
+    report.config = s.to_json();
+    for (const auto& n : s.notes) report.warn(n);
+    // TP=1 first: it is the reference every other degree is checked and compared against.
+    std::vector<int> degrees = s.tp;
+    if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end()) {
+      degrees.insert(degrees.begin(), 1);
+      report.warn("TP=1 added: speed-ups and checks are against it");
+    }
+    if (!s.micro.empty()) {
+      std::map<std::pair<MicroKind, std::int64_t>, double> one;  // TP=1 GEMM time per point
+      for (int t : degrees) {
+        if (Context::interrupted()) break;
+        for (const MicroOutcome& o : run_micro(ctx, s, t, ctx.gpus())) {
+          if (t == 1 && o.status == "ok") one[{o.kind, o.tokens}] = o.compute_s;
+          const auto it = one.find({o.kind, o.tokens});
+          record_micro(report, s, o, it == one.end() ? 0.0 : it->second);
+        }
+      }
+      if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
+      report.settle_status();
+      return report;
+    }
+    ReferenceLogits reference;
+    std::map<int, std::vector<Outcome>> by_t;
+    for (int t : degrees) {
+      if (Context::interrupted()) break;
+      by_t[t] = run_degree(ctx, s, t, ctx.gpus(), reference);
+    }
+    for (const auto& [t, outcomes] : by_t)
+      for (const Outcome& o : outcomes) record(report, s, o, base(by_t, o));
+    headline(report, by_t);
+    sweeps(report, s, by_t);
+    if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
+    report.settle_status();
+    return report;
+  }
+
+ private:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick, /*visible_gpus=*/0);
+  }
+
+  // The TP=1 outcome of the same point, if it ran.
+  static const Outcome* base(const std::map<int, std::vector<Outcome>>& by_t, const Outcome& o) {
+    const auto it = by_t.find(1);
+    if (it == by_t.end()) return nullptr;
+    for (const Outcome& b : it->second)
+      if (b.phase == o.phase && b.batch == o.batch && b.length == o.length && b.status == "ok")
+        return &b;
+    return nullptr;
+  }
+
+  void record(Report& report, const Settings& s, const Outcome& o, const Outcome* one) {
+    const bool prefill = o.phase == model::Phase::Prefill;
+    CaseResult r;
+    r.group = fmt::format("{} {} {}, {} layers: batch {}", s.model.name, s.dtype,
+                          prefill ? "prefill" : "decode", s.layers, o.batch);
+    r.name = fmt::format("t{} {}{}", o.t, prefill ? "L" : "ctx", o.length);
+    r.params = {{"tp", o.t},
+                {"phase", model::to_string(o.phase)},
+                {"batch", o.batch},
+                {prefill ? "prompt" : "context", o.length}};
+    r.status = o.status;
+    r.note = o.note;
+    if (o.status != "ok") {
+      report.add(std::move(r));
+      return;
+    }
+    const double step = o.step.median_s();
+    r.metric(prefill ? "time" : "time_per_token", ms(step), "ms");
+    if (one) {
+      const double sp = speedup(one->step.median_s(), step);
+      r.metric("speedup", sp, "x");
+      r.metric("efficiency", 100 * efficiency(sp, o.t), "%");
+    }
+    const OpSplit& k = o.ops;
+    r.metric("gemm", ms(k.gemm_s), "ms");
+    r.metric("attention", ms(k.attention_s), "ms");
+    r.metric("other", ms(k.other_s), "ms");
+    r.metric("communication", ms(k.comm_s), "ms");
+    if (k.total_s() > 0) r.metric("comm_share", 100 * comm_share(k.comm_s, k.total_s()), "%");
+    if (o.t > 1 && o.allreduce_bytes > 0) {
+      r.metric("allreduce_bytes_per_layer", 2 * o.allreduce_bytes / 1e6, "MB");
+      const double bf = allreduce_bus_factor(o.t);
+      if (k.comm_calls > 0 && k.comm_s > 0)
+        r.metric("busbw_in_layer", bf * o.allreduce_bytes / (k.comm_s / k.comm_calls) / 1e9,
+                 "GB/s");
+      if (o.allreduce_alone_s > 0)
+        r.metric("busbw_alone", bf * o.allreduce_bytes / o.allreduce_alone_s / 1e9, "GB/s");
+    }
+    if (one && o.allreduce_alone_s > 0 && s.layers > 0) {
+      // TP=1's step per layer, split t ways, plus two all-reduces per layer at the measured time.
+      const CommTable table{o.t, {{o.allreduce_bytes, o.allreduce_alone_s}}};
+      const Prediction p =
+          predict(one->step.median_s() / s.layers, o.t, s.layers, o.allreduce_bytes, table);
+      r.metric("predicted", ms(p.total_s), "ms");
+      r.metric("prediction_error", prediction_error_pct(step, p.total_s), "%");
+      if (!prefill) {
+        const double expected = expected_decode_comm_s(s.layers, o.allreduce_bytes, table);
+        r.metric("comm_vs_expected", 100 * (k.comm_s / expected - 1), "%");
+      }
+    }
+    r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
+    if (o.t > 1) r.metric("check_error", o.check_error, "rel");
+    r.stats = o.step.stats;
+    report.add(std::move(r));
+  }
+
+  void record_micro(Report& report, const Settings& s, const MicroOutcome& o, double tp1_s) {
+    CaseResult r;
+    r.group = fmt::format("Micro: Y = X W^T, W {} x {}, {}-parallel", s.micro_size, s.micro_size,
+                          to_string(o.kind));
+    r.name = fmt::format("t{} tokens {}", o.t, o.tokens);
+    r.params = {{"tp", o.t}, {"kind", to_string(o.kind)}, {"tokens", o.tokens},
+                {"collective", o.collective}};
+    r.status = o.status;
+    r.note = o.note;
+    if (o.status != "ok") {
+      report.add(std::move(r));
+      return;
+    }
+    r.metric("compute", ms(o.compute_s), "ms");
+    r.metric("compute_tflops", o.flops_per_rank / o.compute_s / 1e12, "TFLOP/s");
+    if (o.t > 1) {
+      const double bf = o.kind == MicroKind::Row ? allreduce_bus_factor(o.t)
+                                                 : static_cast<double>(o.t - 1) / o.t;
+      r.metric("communication", ms(o.comm_s), "ms");
+      r.metric("total", ms(o.total_s), "ms");
+      r.metric("comm_MB", o.comm_bytes / 1e6, "MB");
+      if (o.comm_s > 0) r.metric("busbw", bf * o.comm_bytes / o.comm_s / 1e9, "GB/s");
+      // The bus bandwidth that would hide the collective entirely behind the GEMM.
+      r.metric("busbw_to_hide", bf * o.comm_bytes / o.compute_s / 1e9, "GB/s");
+      if (o.overlap_s > 0) {
+        r.metric("overlapped", ms(o.overlap_s), "ms");
+        r.metric("overlap_saved", 100 * (1 - o.overlap_s / o.total_s), "%");
+      }
+    }
+    if (tp1_s > 0) r.metric("speedup", tp1_s / o.total_s, "x");
+    r.metric("check_error", o.check_error, "rel");
+    report.add(std::move(r));
+  }
+
+  void headline(Report& report, const std::map<int, std::vector<Outcome>>& by_t) {
+    for (const auto& [t, outcomes] : by_t) {
+      if (t == 1) continue;
+      for (const Outcome& o : outcomes) {
+        if (o.status != "ok" || o.batch != 1) continue;
+        const Outcome* one = base(by_t, o);
+        if (!one) continue;
+        const double sp = speedup(one->step.median_s(), o.step.median_s());
+        if (o.phase == model::Phase::Prefill && o.length == 4096) {
+          report.set_headline(headline_key(HeadlineKind::PrefillSpeedup, t, 4096), sp, "x");
+          if (o.ops.total_s() > 0)
+            report.set_headline(headline_key(HeadlineKind::CommSharePrefill, t, 4096),
+                                100 * comm_share(o.ops.comm_s, o.ops.total_s()), "%");
+        }
+        if (o.phase == model::Phase::Decode && o.length == 2048)
+          report.set_headline(headline_key(HeadlineKind::DecodeSpeedup, t, 2048), sp, "x");
+      }
+    }
+  }
+
+  void sweeps(Report& report, const Settings& s, const std::map<int, std::vector<Outcome>>& by_t) {
+    Sweep sp{"tp_prefill_speedup", "Prefill speed-up against TP=1", "prompt", "tokens",
+             "speed-up", "x", true, {}};
+    Sweep cs{"tp_prefill_comm_share", "Prefill time in all-reduces", "prompt", "tokens",
+             "share", "%", true, {}};
+    for (const auto& [t, outcomes] : by_t) {
+      if (t == 1) continue;
+      Series a{fmt::format("TP={}", t), {}, {}}, b = a;
+      for (const Outcome& o : outcomes) {
+        if (o.status != "ok" || o.phase != model::Phase::Prefill ||
+            o.batch != s.batch_sizes.front())
+          continue;
+        if (const Outcome* one = base(by_t, o)) {
+          a.x.push_back(static_cast<double>(o.length));
+          a.y.push_back(speedup(one->step.median_s(), o.step.median_s()));
+        }
+        if (o.ops.total_s() > 0) {
+          b.x.push_back(static_cast<double>(o.length));
+          b.y.push_back(100 * comm_share(o.ops.comm_s, o.ops.total_s()));
+        }
+      }
+      if (!a.x.empty()) sp.series.push_back(a);
+      if (!b.x.empty()) cs.series.push_back(b);
+    }
+    for (Sweep* sw : {&sp, &cs})
+      if (!sw->series.empty()) report.sweeps.push_back(*sw);
+  }
+};
+
+}  // namespace
+
+// Not in the registry yet ("tp" is listed as planned): it is registered once it has run on GPUs.
+ModulePtr make_tp_module() {
+  return std::make_unique<TpModule>();
+}
+
+}  // namespace gpubench
