@@ -352,6 +352,30 @@ void Transformer::reduce_rows(const char* op, int l, void* data, const void* bia
   if (bias) add_bias(data, bias, rows, model_.hidden_size, opts_.dtype, stream);
 }
 
+void Transformer::scatter_rows(const char* op, int l, void* data, const void* bias,
+                               std::int64_t rows, cudaStream_t stream) {
+  const std::int64_t local = rows / opts_.tp_size, H = model_.hidden_size;
+  {
+    OpScope scope(observer_, op, l, stream);
+    collectives_->reduce_scatter(data, local * H, opts_.dtype, stream);
+  }
+  if (bias)
+    add_bias(static_cast<unsigned char*>(data) + opts_.tp_rank * local * H * elem_, bias, local,
+             static_cast<int>(H), opts_.dtype, stream);
+}
+
+void Transformer::gather_rows(const char* op, int l, void* data, std::int64_t rows,
+                              cudaStream_t stream) {
+  OpScope scope(observer_, op, l, stream);
+  collectives_->all_gather(data, rows / opts_.tp_size * model_.hidden_size, opts_.dtype, stream);
+}
+
+unsigned char* Transformer::local_rows(const DeviceBuffer& b, std::int64_t rows) const {
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(b.get()));
+  if (!sp_) return p;
+  return p + opts_.tp_rank * (rows / opts_.tp_size) * model_.hidden_size * elem_;
+}
+
 void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream) {
   if (batch < 1 || batch > opts_.max_batch || tokens < 1 || tokens > opts_.max_tokens)
     throw InputError(fmt::format("prefill: batch {} x {} tokens outside the engine's {} x {}",
@@ -373,13 +397,20 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
   const ModelConfig& m = model_;
   const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
   const std::int64_t H = m.hidden_size;
+  sp_ = opts_.sequence_parallel && opts_.tp_size > 1 && !decode;
+  if (sp_ && rows % opts_.tp_size != 0)
+    throw InputError(fmt::format(
+        "engine: sequence parallelism needs batch x tokens ({}) divisible by tp {}", rows,
+        opts_.tp_size));
   {
+    // Every rank embeds every row; with sequence parallelism it then keeps only its own.
     OpScope scope(observer_, "embedding", -1, stream);
     fill_positions(positions_.as<std::int32_t>(), batch, tokens, pos0, stream);
     embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
                      positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
   }
   for (int l = 0; l < layers_; ++l) layer_forward(l, batch, tokens, pos0, decode, stream);
+  if (sp_) gather_rows("final_all_gather", -1, x_.get(), rows, stream);  // every row's stream
   {
     OpScope scope(observer_, "final_norm", -1, stream);
     // The last position of each sequence, then the final norm in place.
@@ -407,20 +438,28 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
                      I = shard_.intermediate;
   const int heads = shard_.heads, kv_heads = shard_.kv_heads;
   const bool split = opts_.tp_size > 1;
+  // Sequence parallelism: the residual stream x and the norms' outputs h on this rank's rows.
+  const std::int64_t nrows = sp_ ? rows / opts_.tp_size : rows;
+  unsigned char* const x_loc = local_rows(x_, rows);
+  unsigned char* const h_loc = local_rows(h_, rows);
+  unsigned char* const tmp_loc = local_rows(tmp_, rows);
   const std::int64_t W = Q + 2 * KV;  // qkv row width
   const float eps = static_cast<float>(m.norm_eps);
   const bool ln = m.norm == Norm::LayerNorm;
-  auto norm = [&](const char* op, void* out, const void* in, const void* w, const void* b) {
-    OpScope scope(observer_, op, l, stream);
-    if (ln)
-      layer_norm(out, in, w, b, rows, static_cast<int>(H), eps, opts_.dtype, stream);
-    else
-      rms_norm(out, in, w, rows, static_cast<int>(H), eps, opts_.dtype, stream);
-  };
 
   // From the second layer on, the previous layer's last residual add already left this layer's
   // input norm in h (one fused kernel).
-  if (l == 0) norm("input_norm", h_.get(), x_.get(), L.in_norm_w, L.in_norm_b);
+  if (l == 0) {
+    {
+      OpScope scope(observer_, "input_norm", l, stream);
+      if (ln)
+        layer_norm(h_loc, x_loc, L.in_norm_w, L.in_norm_b, nrows, static_cast<int>(H), eps,
+                   opts_.dtype, stream);
+      else
+        rms_norm(h_loc, x_loc, L.in_norm_w, nrows, static_cast<int>(H), eps, opts_.dtype, stream);
+    }
+    if (sp_) gather_rows("input_all_gather", l, h_.get(), rows, stream);
+  }
   linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
   auto* qkv = qkv_.as<unsigned char>();
   if (m.qk_norm) {
@@ -465,20 +504,25 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
       attention_->run(a, stream);
     }
   }
-  // Row-parallel: each rank's partial sum; the bias is added once, after the all-reduce.
+  // Row-parallel: each rank's partial sum; the bias is added once, after the sum (an all-reduce,
+  // or with sequence parallelism a reduce-scatter onto this rank's rows).
   linear("attn_out", l, attn_.get(), L.out_w, split ? nullptr : L.out_b, tmp_.get(), rows, H, Q,
          stream);
-  if (split) reduce_rows("attn_all_reduce", l, tmp_.get(), L.out_b, rows, stream);
+  if (sp_)
+    scatter_rows("attn_reduce_scatter", l, tmp_.get(), L.out_b, rows, stream);
+  else if (split)
+    reduce_rows("attn_all_reduce", l, tmp_.get(), L.out_b, rows, stream);
   {
     // x += attention output; h = post-attention norm of x.
     OpScope scope(observer_, "residual_norm", l, stream);
     if (ln)
-      add_layer_norm(x_.get(), h_.get(), tmp_.get(), L.post_norm_w, L.post_norm_b, rows,
+      add_layer_norm(x_loc, h_loc, tmp_loc, L.post_norm_w, L.post_norm_b, nrows,
                      static_cast<int>(H), eps, opts_.dtype, stream);
     else
-      add_rms_norm(x_.get(), h_.get(), tmp_.get(), L.post_norm_w, rows, static_cast<int>(H), eps,
+      add_rms_norm(x_loc, h_loc, tmp_loc, L.post_norm_w, nrows, static_cast<int>(H), eps,
                    opts_.dtype, stream);
   }
+  if (sp_) gather_rows("attn_all_gather", l, h_.get(), rows, stream);
   const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, h_.get(), L.up_w, L.up_b, mlp_.get(), rows,
          up_rows, H, stream);
@@ -494,20 +538,26 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   }
   linear("mlp_down", l, act_.get(), L.down_w, split ? nullptr : L.down_b, tmp_.get(), rows, H, I,
          stream);
-  if (split) reduce_rows("mlp_all_reduce", l, tmp_.get(), L.down_b, rows, stream);
+  if (sp_)
+    scatter_rows("mlp_reduce_scatter", l, tmp_.get(), L.down_b, rows, stream);
+  else if (split)
+    reduce_rows("mlp_all_reduce", l, tmp_.get(), L.down_b, rows, stream);
   if (l + 1 < layers_) {
-    // x += MLP output; h = the next layer's input norm of x.
-    const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
-    OpScope scope(observer_, "mlp_residual_norm", l, stream);
-    if (ln)
-      add_layer_norm(x_.get(), h_.get(), tmp_.get(), next.in_norm_w, next.in_norm_b, rows,
-                     static_cast<int>(H), eps, opts_.dtype, stream);
-    else
-      add_rms_norm(x_.get(), h_.get(), tmp_.get(), next.in_norm_w, rows, static_cast<int>(H), eps,
-                   opts_.dtype, stream);
+    {
+      // x += MLP output; h = the next layer's input norm of x.
+      const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
+      OpScope scope(observer_, "mlp_residual_norm", l, stream);
+      if (ln)
+        add_layer_norm(x_loc, h_loc, tmp_loc, next.in_norm_w, next.in_norm_b, nrows,
+                       static_cast<int>(H), eps, opts_.dtype, stream);
+      else
+        add_rms_norm(x_loc, h_loc, tmp_loc, next.in_norm_w, nrows, static_cast<int>(H), eps,
+                     opts_.dtype, stream);
+    }
+    if (sp_) gather_rows("mlp_all_gather", l, h_.get(), rows, stream);
   } else {
     OpScope scope(observer_, "residual", l, stream);
-    residual_add(x_.get(), tmp_.get(), rows * H, opts_.dtype, stream);
+    residual_add(x_loc, tmp_loc, nrows * H, opts_.dtype, stream);
   }
 }
 

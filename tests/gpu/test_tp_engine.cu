@@ -1,6 +1,7 @@
 // The tensor-parallel engine (Megatron shards): every rank's weights are the exact slices of the
 // one-GPU model's (rows of qkv and gate|up with their biases, columns of out and down), and the
-// output of t ranks equals the TP=1 output within bf16 tolerance, prefill and decode after it:
+// output of t ranks equals the TP=1 output within bf16 tolerance, prefill and decode after it,
+// with all-reduces and with sequence parallelism (reduce-scatter + all-gather in prefill):
 //   - on one GPU, t ranks in threads with a host-synchronized sum (covers t = 2 and 4 anywhere);
 //   - across GPUs over NCCL (skipped with fewer than 2 GPUs), as `gpubench tp` runs it.
 #include <gtest/gtest.h>
@@ -52,8 +53,9 @@ ModelConfig tiny_opt() {  // LayerNorm, learned positions, ReLU, biases everywhe
                             "tiny-opt");
 }
 
-EngineOptions options(int t, int rank) {
+EngineOptions options(int t, int rank, bool sequence_parallel = false) {
   EngineOptions o;
+  o.sequence_parallel = sequence_parallel;
   o.max_batch = 2;
   o.max_tokens = 48;
   o.max_context = 64;
@@ -133,6 +135,37 @@ class LocalCollectives : public TpCollectives {
                                        cudaMemcpyDeviceToDevice, stream));
       GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
     }
+    g_.barrier();
+  }
+  // Rank 0 sums every rank's buffer into its own and hands chunk r to rank r.
+  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
+                      cudaStream_t stream) override {
+    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    g_.bufs[static_cast<std::size_t>(rank_)] = data;
+    g_.barrier();
+    if (rank_ == 0) {
+      for (int r = 1; r < g_.n; ++r) residual_add(data, g_.bufs[r], chunk * g_.n, dtype, stream);
+      for (int r = 1; r < g_.n; ++r)
+        GPB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(g_.bufs[r]) + r * chunk * 2,
+                                       static_cast<char*>(data) + r * chunk * 2,
+                                       static_cast<std::size_t>(chunk) * 2,
+                                       cudaMemcpyDeviceToDevice, stream));
+      GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    g_.barrier();
+  }
+  // Every rank copies its chunk into the same chunk of every other rank.
+  void all_gather(void* data, std::int64_t chunk, ActDtype, cudaStream_t stream) override {
+    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    g_.bufs[static_cast<std::size_t>(rank_)] = data;
+    g_.barrier();
+    for (int r = 0; r < g_.n; ++r)
+      if (r != rank_)
+        GPB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(g_.bufs[r]) + rank_ * chunk * 2,
+                                       static_cast<char*>(data) + rank_ * chunk * 2,
+                                       static_cast<std::size_t>(chunk) * 2,
+                                       cudaMemcpyDeviceToDevice, stream));
+    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
     g_.barrier();
   }
 
@@ -225,6 +258,13 @@ TEST(TpEngine, MissingCollectivesAndBadRanksAreRefused) {
   Stream s(kGpu);
   const std::int32_t* ids = t.tokens(1, 4, 1, s.get());
   EXPECT_THROW(t.prefill(ids, 1, 4, s.get()), InputError);
+  // Sequence parallelism splits rows: 1 x 3 tokens do not split over 2 ranks.
+  Transformer sp(tiny_qwen(), options(2, 0, true), kGpu);
+  LocalGroup alone(1);  // never reached: the step is refused before any collective
+  LocalCollectives c(alone, 0);
+  sp.set_collectives(&c);
+  const std::int32_t* three = sp.tokens(1, 3, 1, s.get());
+  EXPECT_THROW(sp.prefill(three, 1, 3, s.get()), InputError);
 }
 
 // t ranks in threads on one GPU, summed through the host: the same math as NCCL's all-reduce.
@@ -237,7 +277,7 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
       Stream s(kGpu);
       want = run_steps(one, s.get());
     }
-    for (int t : {2, 4}) {
+    for (const auto& [t, sp] : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
       LocalGroup group(t);
       std::vector<Outputs> got(static_cast<std::size_t>(t));
       std::vector<std::string> errors(static_cast<std::size_t>(t));
@@ -246,7 +286,7 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
         threads.emplace_back([&, r] {
           try {
             DeviceGuard g(kGpu);
-            Transformer part(m, options(t, r), kGpu);
+            Transformer part(m, options(t, r, sp), kGpu);
             LocalCollectives c(group, r);
             part.set_collectives(&c);
             Stream s(kGpu);
@@ -258,11 +298,11 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
       for (auto& th : threads) th.join();
       for (int r = 0; r < t; ++r) {
         const auto& g = got[static_cast<std::size_t>(r)];
-        ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << m.name << " t=" << t;
-        EXPECT_EQ(mismatches(want.prefill, g.prefill), 0)
-            << m.name << " t=" << t << " rank " << r << ": prefill logits vs TP=1";
-        EXPECT_EQ(mismatches(want.decode, g.decode), 0)
-            << m.name << " t=" << t << " rank " << r << ": decode logits vs TP=1";
+        const std::string what = m.name + " t=" + std::to_string(t) + (sp ? " sp" : "") +
+                                 " rank " + std::to_string(r);
+        ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << what;
+        EXPECT_EQ(mismatches(want.prefill, g.prefill), 0) << what << ": prefill logits vs TP=1";
+        EXPECT_EQ(mismatches(want.decode, g.decode), 0) << what << ": decode logits vs TP=1";
       }
     }
   }
@@ -281,7 +321,7 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
     Stream s(kGpu);
     want = run_steps(one, s.get());
   }
-  for (int t : {2, 4}) {
+  for (const auto& [t, sp] : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
     if (t > n) continue;
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
@@ -292,16 +332,16 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
       if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
       group.broadcast(self.rank, &id, sizeof(id));
       NcclComm comm(id, t, self.rank);
-      Transformer part(m, options(t, self.rank), self.device);
+      Transformer part(m, options(t, self.rank, sp), self.device);
       tp::NcclTpCollectives c(comm.get());
       part.set_collectives(&c);
       got[static_cast<std::size_t>(self.rank)] = run_steps(part, self.stream->get());
     });
     for (int r = 0; r < t; ++r) {
       EXPECT_EQ(mismatches(want.prefill, got[static_cast<std::size_t>(r)].prefill), 0)
-          << "t=" << t << " rank " << r << ": prefill logits vs TP=1";
+          << "t=" << t << (sp ? " sp" : "") << " rank " << r << ": prefill logits vs TP=1";
       EXPECT_EQ(mismatches(want.decode, got[static_cast<std::size_t>(r)].decode), 0)
-          << "t=" << t << " rank " << r << ": decode logits vs TP=1";
+          << "t=" << t << (sp ? " sp" : "") << " rank " << r << ": decode logits vs TP=1";
     }
   }
 }

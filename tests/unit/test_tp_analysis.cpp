@@ -181,6 +181,9 @@ TEST(TpHeadline, KeysMatchTheIssue) {
 TEST(TpOpKind, EngineOpsByKind) {
   EXPECT_EQ(op_kind("attn_all_reduce"), "communication");
   EXPECT_EQ(op_kind("mlp_all_reduce"), "communication");
+  for (const char* c : {"attn_reduce_scatter", "mlp_all_gather", "input_all_gather",
+                        "final_all_gather"})
+    EXPECT_EQ(op_kind(c), "communication") << c;
   for (const char* g : {"qkv", "attn_out", "mlp_gate_up", "mlp_up", "mlp_down", "lm_head"})
     EXPECT_EQ(op_kind(g), "gemm") << g;
   EXPECT_EQ(op_kind("attention"), "attention");

@@ -71,6 +71,11 @@ struct EngineOptions {
   // over the ranks by the TpCollectives given to set_collectives(), their biases added after.
   int tp_size = 1;
   int tp_rank = 0;
+  // Megatron sequence parallelism for prefill (tp_size > 1): the residual stream and the norms
+  // are split by rows (rank r holds rows r*R/t .. of the R = batch x tokens), the row-parallel
+  // outputs are reduce-scattered instead of all-reduced, and each norm's output is all-gathered
+  // before the next column-parallel GEMM. R must divide by tp_size. Decode keeps the all-reduces.
+  bool sequence_parallel = false;
 };
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
@@ -79,6 +84,13 @@ class TpCollectives {
  public:
   virtual ~TpCollectives() = default;
   virtual void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) = 0;
+  // In place over t chunks of `chunk` elements: afterwards chunk r of rank r holds the sum of
+  // every rank's chunk r (the other chunks are left undefined).
+  virtual void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
+                              cudaStream_t stream) = 0;
+  // In place over t chunks of `chunk` elements: rank r's chunk r is copied to chunk r of every
+  // rank.
+  virtual void all_gather(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) = 0;
 };
 
 // Called around every operation of a step (for per-op CUDA-event timing); `layer` is -1 outside
@@ -164,6 +176,13 @@ class Transformer {
   // Sums `rows` x hidden at `data` over the ranks (tp_size > 1), then adds `bias` (may be null).
   void reduce_rows(const char* op, int l, void* data, const void* bias, std::int64_t rows,
                    cudaStream_t stream);
+  // Sequence parallelism: `rows` x hidden at `data`, summed into this rank's rows (then `bias`
+  // added to them); and this rank's rows of `data` copied to every rank.
+  void scatter_rows(const char* op, int l, void* data, const void* bias, std::int64_t rows,
+                    cudaStream_t stream);
+  void gather_rows(const char* op, int l, void* data, std::int64_t rows, cudaStream_t stream);
+  // This rank's rows of a [rows, hidden] buffer (all of it without sequence parallelism).
+  unsigned char* local_rows(const DeviceBuffer& b, std::int64_t rows) const;
 
   ModelConfig model_;
   EngineOptions opts_;
@@ -174,6 +193,7 @@ class Transformer {
   OpObserver* observer_ = nullptr;
   TpCollectives* collectives_ = nullptr;
   ShardShape shard_;
+  bool sp_ = false;  // this step splits rows (sequence parallelism)
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
   // (N, M, K) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.

@@ -33,7 +33,6 @@ OpSplit split_by_kind(const std::vector<model::OpSpan>& spans) {
       split.attention_s += sp.seconds;
     } else if (kind == "communication") {
       split.comm_s += sp.seconds;
-      ++split.comm_calls;
     } else {
       split.other_s += sp.seconds;
     }
@@ -63,7 +62,8 @@ MeasureOptions collective_options(const Context& ctx) {
 std::string op_kind(const std::string& op) {
   static const std::set<std::string> gemms = {"qkv",     "attn_out", "mlp_gate_up",
                                               "mlp_up",  "mlp_down", "lm_head"};
-  if (op.find("all_reduce") != std::string::npos) return "communication";
+  for (const char* c : {"all_reduce", "reduce_scatter", "all_gather"})
+    if (op.find(c) != std::string::npos) return "communication";
   if (op == "attention") return "attention";
   return gemms.count(op) ? "gemm" : "other";
 }
@@ -105,6 +105,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
       eo.max_context = static_cast<int>(max_prompt + 1);
       eo.tp_size = t;
       eo.tp_rank = self.rank;
+      eo.sequence_parallel = s.sequence_parallel;
       model::Transformer engine(s.model, eo, self.device);
       if (collectives) engine.set_collectives(collectives.get());
       // The standalone all-reduce's buffer: the largest message of this batch.
@@ -168,18 +169,30 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         engine.set_observer(nullptr);
         o.ops = split_by_kind(timer.collect());
-        // The layer's all-reduce alone, same size, same GPUs.
+        // The layer's all-reduce alone, same size, same GPUs (with sequence parallelism in
+        // prefill: its reduce-scatter and all-gather, which carry the same bus bytes).
         if (t > 1) {
           const std::int64_t rows = prefill ? batch * len : batch;
           const std::size_t elems = static_cast<std::size_t>(rows * H);
           o.allreduce_bytes = static_cast<double>(elems) * 2;
           const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+          void* buf = scratch.get();
+          const std::size_t chunk = elems / static_cast<std::size_t>(t);
+          auto* mine = scratch.as<unsigned char>() + self.rank * chunk * 2;
+          const bool split_rows = s.sequence_parallel && prefill;
           o.allreduce_alone_s =
               group
                   .measure(self,
                            [&](cudaStream_t s2, int) {
-                             GPB_NCCL_CHECK(ncclAllReduce(scratch.get(), scratch.get(), elems,
-                                                          type, ncclSum, comm.get(), s2));
+                             if (split_rows) {
+                               GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum,
+                                                                comm.get(), s2));
+                               GPB_NCCL_CHECK(
+                                   ncclAllGather(mine, buf, chunk, type, comm.get(), s2));
+                             } else {
+                               GPB_NCCL_CHECK(ncclAllReduce(buf, buf, elems, type, ncclSum,
+                                                            comm.get(), s2));
+                             }
                            },
                            comm_mo)
                   .median_s();

@@ -187,16 +187,21 @@ inline constexpr const char* kTp2CommSharePrefill4096 = "tp2_comm_share_prefill_
 // ---------------------------------------------------------------------------------------------
 // Communication (collectives.cpp)
 
-// The engine's all-reduce of the row-parallel outputs over an NCCL communicator: an in-place
-// bf16 / fp16 sum on the step's stream (capturable in a CUDA graph). The communicator is owned by
-// the caller and must outlive this object.
+// The engine's collectives over an NCCL communicator, in place, bf16 / fp16 sums on the step's
+// stream (capturable in a CUDA graph): the all-reduce of the row-parallel outputs, and with
+// sequence parallelism the reduce-scatter and all-gather (NCCL's in-place layouts: rank r's
+// chunk at data + r * chunk). The communicator is owned by the caller and must outlive this.
 class NcclTpCollectives : public model::TpCollectives {
  public:
-  explicit NcclTpCollectives(ncclComm_t comm) : comm_(comm) {}
+  explicit NcclTpCollectives(ncclComm_t comm);
   void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override;
+  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
+                      cudaStream_t stream) override;
+  void all_gather(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
 
  private:
   ncclComm_t comm_;
+  int rank_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -205,7 +210,6 @@ class NcclTpCollectives : public model::TpCollectives {
 // Events around the engine's operations of one eager step, summed by kind.
 struct OpSplit {
   double gemm_s = 0, attention_s = 0, comm_s = 0, other_s = 0;
-  int comm_calls = 0;
   double total_s() const { return gemm_s + attention_s + comm_s + other_s; }
 };
 // "gemm", "attention", "communication" or "other" for an engine op name.

@@ -51,6 +51,9 @@ class TpModule final : public ResolvingModule<Options, Settings> {
         ->capture_default_str();
     app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
         ->capture_default_str();
+    app.add_flag("--sequence-parallel", opts_.sequence_parallel,
+                 "Prefill: reduce-scatter and all-gather around the norms instead of all-reduces "
+                 "(Megatron sequence parallelism)");
     app.add_option("--micro", opts_.micro,
                    "Only the micro-benchmark Y = X W^T: column, row or column,row");
     app.add_option("--micro-size", opts_.micro_size, "The micro-benchmark's W is this square")
@@ -154,8 +157,9 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     if (o.t > 1 && o.allreduce_bytes > 0) {
       r.metric("allreduce_bytes_per_layer", 2 * o.allreduce_bytes / 1e6, "MB");
       const double bf = allreduce_bus_factor(o.t);
-      if (k.comm_calls > 0 && k.comm_s > 0)
-        r.metric("busbw_in_layer", bf * o.allreduce_bytes / (k.comm_s / k.comm_calls) / 1e9,
+      // Two all-reduces (or reduce-scatter + all-gather pairs) of this size per layer.
+      if (k.comm_s > 0 && s.layers > 0)
+        r.metric("busbw_in_layer", bf * o.allreduce_bytes * 2 * s.layers / k.comm_s / 1e9,
                  "GB/s");
       if (o.allreduce_alone_s > 0)
         r.metric("busbw_alone", bf * o.allreduce_bytes / o.allreduce_alone_s / 1e9, "GB/s");
