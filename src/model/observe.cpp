@@ -47,10 +47,10 @@ std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDty
       out[i] = f;
     } else {  // IEEE binary16
       const std::uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023;
-      const double v = exp == 0    ? std::ldexp(static_cast<double>(man), -24)
-                       : exp == 31 ? (man ? NAN : INFINITY)
-                                   : std::ldexp(static_cast<double>(man | 1024),
-                                                static_cast<int>(exp) - 25);
+      const double v =
+          exp == 0    ? std::ldexp(static_cast<double>(man), -24)
+          : exp == 31 ? (man ? NAN : INFINITY)
+                      : std::ldexp(static_cast<double>(man | 1024), static_cast<int>(exp) - 25);
       out[i] = sign ? -v : v;
     }
   }

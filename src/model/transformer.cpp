@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "attention.cuh"
-#include "skinny_gemm.cuh"
 #include "gpubench/core/errors.hpp"
+#include "skinny_gemm.cuh"
 #include "transformer_engine.cuh"
 
 namespace gpubench::model {
@@ -115,16 +115,30 @@ void* Transformer::weight(std::int64_t rows, std::int64_t cols, std::uint64_t id
   return store.back().get();
 }
 
-void* Transformer::weight_rows(const std::vector<Range>& rows, std::int64_t cols,
-                               std::uint64_t id, float scale, cudaStream_t stream) {
+void* Transformer::weight_rows(const std::vector<Range>& rows, std::int64_t cols, std::uint64_t id,
+                               float scale, cudaStream_t stream) {
+  return weight_rows_of(rows, cols, cols, id, scale, stream, false);
+}
+
+// The blocks `ranges` of a full weight, stacked: rows of a [*, full_cols] matrix (cols each), or
+// with `of_columns` columns of a one-row [1, full_cols] vector (a bias that follows the rows of
+// its weight).
+void* Transformer::weight_rows_of(const std::vector<Range>& ranges, std::int64_t cols,
+                                  std::int64_t full_cols, std::uint64_t id, float scale,
+                                  cudaStream_t stream, bool of_columns) {
   std::int64_t total = 0;
-  for (const Range& r : rows) total += r.count;
-  weights_.push_back(alloc(static_cast<std::uint64_t>(total * cols) * elem_, &memory_.weights));
+  for (const Range& r : ranges) total += r.count;
+  const std::int64_t width = of_columns ? 1 : cols;
+  weights_.push_back(alloc(static_cast<std::uint64_t>(total * width) * elem_, &memory_.weights));
   auto* dst = weights_.back().as<unsigned char>();
-  for (const Range& r : rows) {
-    fill_weight(dst, r.count, static_cast<int>(cols), r.start, 0, cols, opts_.seed, id, scale,
-                opts_.dtype, stream);
-    dst += static_cast<std::uint64_t>(r.count * cols) * elem_;
+  for (const Range& r : ranges) {
+    if (of_columns)
+      fill_weight(dst, 1, static_cast<int>(r.count), 0, r.start, full_cols, opts_.seed, id, scale,
+                  opts_.dtype, stream);
+    else
+      fill_weight(dst, r.count, static_cast<int>(cols), r.start, 0, full_cols, opts_.seed, id,
+                  scale, opts_.dtype, stream);
+    dst += static_cast<std::uint64_t>(r.count * width) * elem_;
   }
   return weights_.back().get();
 }
@@ -136,6 +150,11 @@ void* Transformer::weight_cols(std::int64_t rows, Range range, std::int64_t full
   fill_weight(weights_.back().get(), rows, static_cast<int>(range.count), 0, range.start, full_cols,
               opts_.seed, id, scale, opts_.dtype, stream);
   return weights_.back().get();
+}
+
+void* Transformer::bias_cols(const std::vector<Range>& ranges, std::int64_t full_cols,
+                             std::uint64_t id, cudaStream_t stream) {
+  return weight_rows_of(ranges, 1, full_cols, id, kBiasScale, stream, true);
 }
 
 Transformer::Transformer(const ModelConfig& model, const EngineOptions& options, int device)
@@ -186,17 +205,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
     // columns of out and down. At tp_size 1 the blocks cover the whole weight.
     const std::int64_t qkv_cols = m.q_dim() + 2 * m.kv_dim();
     L->qkv_w = weight_rows(shard_.qkv_rows, H, layer_id(l, kQkv), 1.0f / std::sqrt(float(H)), s);
-    if (m.qkv_bias) {
-      weights_.push_back(
-          alloc(static_cast<std::uint64_t>(Ql + 2 * KVl) * elem_, &memory_.weights));
-      auto* dst = weights_.back().as<unsigned char>();
-      for (const Range& r : shard_.qkv_rows) {  // a bias is one row: its columns follow the rows
-        fill_weight(dst, 1, static_cast<int>(r.count), 0, r.start, qkv_cols, opts_.seed,
-                    layer_id(l, kQkvBias), kBiasScale, opts_.dtype, s);
-        dst += static_cast<std::uint64_t>(r.count) * elem_;
-      }
-      L->qkv_b = weights_.back().get();
-    }
+    if (m.qkv_bias) L->qkv_b = bias_cols(shard_.qkv_rows, qkv_cols, layer_id(l, kQkvBias), s);
     if (m.qk_norm) {  // one buffer: the q norm's head_dim weights, then the k norm's
       weights_.push_back(
           alloc(static_cast<std::uint64_t>(2 * m.head_dim) * elem_, &memory_.weights));
@@ -208,18 +217,9 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
     if (m.out_bias) L->out_b = weight(1, H, layer_id(l, kOutBias), kBiasScale, s, weights_);
     norm_weight(H, layer_id(l, kPostNormBias), &L->post_norm_w, &L->post_norm_b);
     const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
-    L->up_w = weight_rows(shard_.gate_up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s);
-    if (m.mlp_bias) {
-      weights_.push_back(
-          alloc(static_cast<std::uint64_t>(m.gated_mlp ? 2 * Il : Il) * elem_, &memory_.weights));
-      auto* dst = weights_.back().as<unsigned char>();
-      for (const Range& r : shard_.gate_up_rows) {
-        fill_weight(dst, 1, static_cast<int>(r.count), 0, r.start, up_rows, opts_.seed,
-                    layer_id(l, kUpBias), kBiasScale, opts_.dtype, s);
-        dst += static_cast<std::uint64_t>(r.count) * elem_;
-      }
-      L->up_b = weights_.back().get();
-    }
+    L->up_w =
+        weight_rows(shard_.gate_up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s);
+    if (m.mlp_bias) L->up_b = bias_cols(shard_.gate_up_rows, up_rows, layer_id(l, kUpBias), s);
     L->down_w =
         weight_cols(H, shard_.down_cols, I, layer_id(l, kDown), 1.0f / std::sqrt(float(I)), s);
     if (m.mlp_bias) L->down_b = weight(1, H, layer_id(l, kDownBias), kBiasScale, s, weights_);
@@ -399,9 +399,9 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
   const std::int64_t H = m.hidden_size;
   sp_ = opts_.sequence_parallel && opts_.tp_size > 1 && !decode;
   if (sp_ && rows % opts_.tp_size != 0)
-    throw InputError(fmt::format(
-        "engine: sequence parallelism needs batch x tokens ({}) divisible by tp {}", rows,
-        opts_.tp_size));
+    throw InputError(
+        fmt::format("engine: sequence parallelism needs batch x tokens ({}) divisible by tp {}",
+                    rows, opts_.tp_size));
   {
     // Every rank embeds every row; with sequence parallelism it then keeps only its own.
     OpScope scope(observer_, "embedding", -1, stream);
@@ -472,9 +472,9 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     // RoPE on q and k, k and v into the caches: one kernel.
     const bool rotary = m.positions == Positions::Rope;
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
-    qkv_to_cache(qkv, rows, tokens, heads, kv_heads, m.head_dim, W,
-                 positions_.as<std::int32_t>(), rotary, static_cast<float>(m.rope_theta),
-                 L.k_cache, L.v_cache, opts_.max_context, opts_.dtype, stream);
+    qkv_to_cache(qkv, rows, tokens, heads, kv_heads, m.head_dim, W, positions_.as<std::int32_t>(),
+                 rotary, static_cast<float>(m.rope_theta), L.k_cache, L.v_cache, opts_.max_context,
+                 opts_.dtype, stream);
   }
   {
     OpScope scope(observer_, "attention", l, stream);

@@ -206,8 +206,8 @@ TEST(TpEngine, ShardsAreSlicesOfTheFullWeights) {
   DeviceGuard guard(kGpu);
   for (const ModelConfig& m : {tiny_qwen(), tiny_opt()}) {
     Transformer full(m, options(1, 0), kGpu);
-    const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(),
-                       I = m.intermediate_size, up = m.gated_mlp ? 2 * I : I;
+    const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size,
+                       up = m.gated_mlp ? 2 * I : I;
     for (int t : {2, 4}) {
       for (int r = 0; r < t; ++r) {
         Transformer part(m, options(t, r), kGpu);
@@ -298,8 +298,8 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
       for (auto& th : threads) th.join();
       for (int r = 0; r < t; ++r) {
         const auto& g = got[static_cast<std::size_t>(r)];
-        const std::string what = m.name + " t=" + std::to_string(t) + (sp ? " sp" : "") +
-                                 " rank " + std::to_string(r);
+        const std::string what =
+            m.name + " t=" + std::to_string(t) + (sp ? " sp" : "") + " rank " + std::to_string(r);
         ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << what;
         EXPECT_EQ(mismatches(want.prefill, g.prefill), 0) << what << ": prefill logits vs TP=1";
         EXPECT_EQ(mismatches(want.decode, g.decode), 0) << what << ": decode logits vs TP=1";

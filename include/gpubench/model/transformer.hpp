@@ -17,11 +17,11 @@
 #include <tuple>
 #include <vector>
 
+#include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
-#include "attention.cuh"
 #include "transformer.cuh"
 
 namespace gpubench::model {
@@ -168,8 +168,13 @@ class Transformer {
   void* weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
                cudaStream_t stream, std::vector<DeviceBuffer>& store);
   // The blocks `rows` of a full weight with `cols` columns, stacked in order.
-  void* weight_rows(const std::vector<Range>& rows, std::int64_t cols, std::uint64_t id, float scale,
-                    cudaStream_t stream);
+  void* weight_rows(const std::vector<Range>& rows, std::int64_t cols, std::uint64_t id,
+                    float scale, cudaStream_t stream);
+  // Columns `ranges` of a full one-row bias of full_cols values, stacked.
+  void* bias_cols(const std::vector<Range>& ranges, std::int64_t full_cols, std::uint64_t id,
+                  cudaStream_t stream);
+  void* weight_rows_of(const std::vector<Range>& ranges, std::int64_t cols, std::int64_t full_cols,
+                       std::uint64_t id, float scale, cudaStream_t stream, bool of_columns);
   // Columns `range` of a full [rows, full_cols] weight.
   void* weight_cols(std::int64_t rows, Range range, std::int64_t full_cols, std::uint64_t id,
                     float scale, cudaStream_t stream);

@@ -60,8 +60,8 @@ MeasureOptions collective_options(const Context& ctx) {
 }  // namespace
 
 std::string op_kind(const std::string& op) {
-  static const std::set<std::string> gemms = {"qkv",     "attn_out", "mlp_gate_up",
-                                              "mlp_up",  "mlp_down", "lm_head"};
+  static const std::set<std::string> gemms = {"qkv",    "attn_out", "mlp_gate_up",
+                                              "mlp_up", "mlp_down", "lm_head"};
   for (const char* c : {"all_reduce", "reduce_scatter", "all_gather"})
     if (op.find(c) != std::string::npos) return "communication";
   if (op == "attention") return "attention";
@@ -182,19 +182,19 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
           const bool split_rows = s.sequence_parallel && prefill;
           o.allreduce_alone_s =
               group
-                  .measure(self,
-                           [&](cudaStream_t s2, int) {
-                             if (split_rows) {
-                               GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum,
-                                                                comm.get(), s2));
-                               GPB_NCCL_CHECK(
-                                   ncclAllGather(mine, buf, chunk, type, comm.get(), s2));
-                             } else {
-                               GPB_NCCL_CHECK(ncclAllReduce(buf, buf, elems, type, ncclSum,
-                                                            comm.get(), s2));
-                             }
-                           },
-                           comm_mo)
+                  .measure(
+                      self,
+                      [&](cudaStream_t s2, int) {
+                        if (split_rows) {
+                          GPB_NCCL_CHECK(
+                              ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm.get(), s2));
+                          GPB_NCCL_CHECK(ncclAllGather(mine, buf, chunk, type, comm.get(), s2));
+                        } else {
+                          GPB_NCCL_CHECK(
+                              ncclAllReduce(buf, buf, elems, type, ncclSum, comm.get(), s2));
+                        }
+                      },
+                      comm_mo)
                   .median_s();
         }
         o.memory_per_gpu = engine.memory().total();

@@ -82,7 +82,8 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
     Stream side(self.device);  // the overlapped all-reduces
     CublasLtHandle handle;
     int cc_major = 0;
-    GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, self.device));
+    GPB_CUDA_CHECK(
+        cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, self.device));
     DeviceBuffer workspace(self.device, gemm_workspace_bytes(cc_major));
     const std::int64_t max_tokens = s.micro_tokens.back();
     // Buffers for the largest point: the local X and W, Y, the gathered outputs and (rank 0) the
@@ -93,9 +94,11 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
     DeviceBuffer gathered(self.device, static_cast<std::size_t>(max_tokens * S * 2));
     std::unique_ptr<DeviceBuffer> xf, wf, yf;
     if (self.rank == 0) {
-      xf = std::make_unique<DeviceBuffer>(self.device, static_cast<std::size_t>(max_tokens * S * 2));
+      xf =
+          std::make_unique<DeviceBuffer>(self.device, static_cast<std::size_t>(max_tokens * S * 2));
       wf = std::make_unique<DeviceBuffer>(self.device, static_cast<std::size_t>(S * S * 2));
-      yf = std::make_unique<DeviceBuffer>(self.device, static_cast<std::size_t>(max_tokens * S * 2));
+      yf =
+          std::make_unique<DeviceBuffer>(self.device, static_cast<std::size_t>(max_tokens * S * 2));
     }
     // Plans by (n, tokens, k), the heuristic's first algorithm.
     std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
@@ -124,13 +127,12 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
         o.collective = shape.collective;
         o.comm_bytes = static_cast<double>(shape.comm_bytes);
         o.flops_per_rank = shape.flops_per_rank;
-        if (self.rank == 0)
-          spdlog::info("tp micro: {} t={} tokens {}", to_string(kind), t, tokens);
+        if (self.rank == 0) spdlog::info("tp micro: {} t={} tokens {}", to_string(kind), t, tokens);
         // This rank's slices of the full seeded X [tokens, S] and W [S, S].
         const std::int64_t slice = S / t, r0 = self.rank * slice;
         if (kind == MicroKind::Row) {
-          fill_weight(x.get(), tokens, static_cast<int>(slice), 0, r0, S, kSeed, kXId, 1.0f,
-                      dtype, st);
+          fill_weight(x.get(), tokens, static_cast<int>(slice), 0, r0, S, kSeed, kXId, 1.0f, dtype,
+                      st);
           fill_weight(w.get(), S, static_cast<int>(slice), 0, r0, S, kSeed, kWId,
                       1.0f / std::sqrt(static_cast<float>(S)), dtype, st);
         } else {
@@ -148,8 +150,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
             GPB_NCCL_CHECK(
                 ncclAllReduce(y.get(), y.get(), y_elems, ntype, ncclSum, comm.get(), s2));
           else
-            GPB_NCCL_CHECK(
-                ncclAllGather(y.get(), gathered.get(), y_elems, ntype, comm.get(), s2));
+            GPB_NCCL_CHECK(ncclAllGather(y.get(), gathered.get(), y_elems, ntype, comm.get(), s2));
         };
         // Checked once, before timing.
         compute(st);
@@ -163,38 +164,47 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
                       1.0f / std::sqrt(static_cast<float>(S)), dtype, st);
           gemm(wf->get(), xf->get(), yf->get(), S, tokens, S, st);
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-          const auto want = model::to_host_values(yf->get(), static_cast<std::size_t>(tokens * S), dtype);
+          const auto want =
+              model::to_host_values(yf->get(), static_cast<std::size_t>(tokens * S), dtype);
           double err = 0;
           if (kind == MicroKind::Row || t == 1) {
-            err = relative_l2(model::to_host_values(y.get(), y_elems, dtype), want, tokens, S, 0, S);
+            err =
+                relative_l2(model::to_host_values(y.get(), y_elems, dtype), want, tokens, S, 0, S);
           } else {  // block b of the gathered outputs: columns b * slice of the full product
             const auto all = model::to_host_values(gathered.get(), y_elems * t, dtype);
             for (int b = 0; b < t; ++b) {
-              const std::vector<double> block(all.begin() + static_cast<std::ptrdiff_t>(b * y_elems),
-                                             all.begin() + static_cast<std::ptrdiff_t>((b + 1) * y_elems));
+              const std::vector<double> block(
+                  all.begin() + static_cast<std::ptrdiff_t>(b * y_elems),
+                  all.begin() + static_cast<std::ptrdiff_t>((b + 1) * y_elems));
               err = std::max(err, relative_l2(block, want, tokens, slice, b * slice, S));
             }
           }
           o.check_error = err;
           if (!(err <= kCheckLimit)) {
             o.status = "failed";
-            o.note = fmt::format("result differs from the full GEMM: relative error {:.3g} "
-                                 "(limit {})",
-                                 err, kCheckLimit);
+            o.note = fmt::format(
+                "result differs from the full GEMM: relative error {:.3g} "
+                "(limit {})",
+                err, kCheckLimit);
           }
         }
-        o.compute_s =
-            group.measure(self, [&](cudaStream_t s2, int) { compute(s2); }, mo).median_s();
+        o.compute_s = group
+                          .measure(
+                              self, [&](cudaStream_t s2, int) { compute(s2); }, mo)
+                          .median_s();
         if (t > 1) {
-          o.comm_s =
-              group.measure(self, [&](cudaStream_t s2, int) { collective(s2); }, mo).median_s();
+          o.comm_s = group
+                         .measure(
+                             self, [&](cudaStream_t s2, int) { collective(s2); }, mo)
+                         .median_s();
           o.total_s = group
-                          .measure(self,
-                                   [&](cudaStream_t s2, int) {
-                                     compute(s2);
-                                     collective(s2);
-                                   },
-                                   mo)
+                          .measure(
+                              self,
+                              [&](cudaStream_t s2, int) {
+                                compute(s2);
+                                collective(s2);
+                              },
+                              mo)
                           .median_s();
         } else {
           o.total_s = o.compute_s;
@@ -217,8 +227,8 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
               done[static_cast<std::size_t>(i)].record(s2);
               GPB_CUDA_CHECK(
                   cudaStreamWaitEvent(side.get(), done[static_cast<std::size_t>(i)].get(), 0));
-              GPB_NCCL_CHECK(ncclAllReduce(yi, yi, static_cast<std::size_t>(rows * shape.n),
-                                           ntype, ncclSum, comm.get(), side.get()));
+              GPB_NCCL_CHECK(ncclAllReduce(yi, yi, static_cast<std::size_t>(rows * shape.n), ntype,
+                                           ncclSum, comm.get(), side.get()));
             }
             comm_done.record(side.get());
             GPB_CUDA_CHECK(cudaStreamWaitEvent(s2, comm_done.get(), 0));

@@ -81,8 +81,8 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus);
 // What each rank holds: model::ShardShape and model::shard_shape (gpubench/model/shard.hpp),
 // shared with the engine that builds the shards.
 using model::Range;
-using model::ShardShape;
 using model::shard_shape;
+using model::ShardShape;
 using model::why_not_divisible;
 
 // What one decoder layer sends between the t ranks in one forward step. `rows` of activations
@@ -195,8 +195,7 @@ class NcclTpCollectives : public model::TpCollectives {
  public:
   explicit NcclTpCollectives(ncclComm_t comm);
   void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override;
-  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
-                      cudaStream_t stream) override;
+  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
   void all_gather(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
 
  private:
@@ -249,14 +248,14 @@ struct MicroOutcome {
   int t = 1;
   std::int64_t tokens = 0;
   std::string status = "ok", note;
-  std::string collective;          // "all_reduce", "all_gather" or "" (t = 1)
-  double compute_s = 0;            // the local GEMM alone
-  double comm_s = 0;               // the collective alone
-  double total_s = 0;              // GEMM then collective
-  double overlap_s = 0;            // row-parallel in overlap_chunks chunks, collectives overlapped
-  double comm_bytes = 0;           // nccl-tests size of the collective
+  std::string collective;  // "all_reduce", "all_gather" or "" (t = 1)
+  double compute_s = 0;    // the local GEMM alone
+  double comm_s = 0;       // the collective alone
+  double total_s = 0;      // GEMM then collective
+  double overlap_s = 0;    // row-parallel in overlap_chunks chunks, collectives overlapped
+  double comm_bytes = 0;   // nccl-tests size of the collective
   double flops_per_rank = 0;
-  double check_error = 0;          // relative L2 against the full GEMM
+  double check_error = 0;  // relative L2 against the full GEMM
 };
 std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
                                     const std::vector<int>& devices);

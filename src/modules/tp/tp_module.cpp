@@ -159,8 +159,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
       const double bf = allreduce_bus_factor(o.t);
       // Two all-reduces (or reduce-scatter + all-gather pairs) of this size per layer.
       if (k.comm_s > 0 && s.layers > 0)
-        r.metric("busbw_in_layer", bf * o.allreduce_bytes * 2 * s.layers / k.comm_s / 1e9,
-                 "GB/s");
+        r.metric("busbw_in_layer", bf * o.allreduce_bytes * 2 * s.layers / k.comm_s / 1e9, "GB/s");
       if (o.allreduce_alone_s > 0)
         r.metric("busbw_alone", bf * o.allreduce_bytes / o.allreduce_alone_s / 1e9, "GB/s");
     }
@@ -187,7 +186,9 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     r.group = fmt::format("Micro: Y = X W^T, W {} x {}, {}-parallel", s.micro_size, s.micro_size,
                           to_string(o.kind));
     r.name = fmt::format("t{} tokens {}", o.t, o.tokens);
-    r.params = {{"tp", o.t}, {"kind", to_string(o.kind)}, {"tokens", o.tokens},
+    r.params = {{"tp", o.t},
+                {"kind", to_string(o.kind)},
+                {"tokens", o.tokens},
                 {"collective", o.collective}};
     r.status = o.status;
     r.note = o.note;
@@ -198,8 +199,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     r.metric("compute", ms(o.compute_s), "ms");
     r.metric("compute_tflops", o.flops_per_rank / o.compute_s / 1e12, "TFLOP/s");
     if (o.t > 1) {
-      const double bf = o.kind == MicroKind::Row ? allreduce_bus_factor(o.t)
-                                                 : static_cast<double>(o.t - 1) / o.t;
+      const double bf =
+          o.kind == MicroKind::Row ? allreduce_bus_factor(o.t) : static_cast<double>(o.t - 1) / o.t;
       r.metric("communication", ms(o.comm_s), "ms");
       r.metric("total", ms(o.total_s), "ms");
       r.metric("comm_MB", o.comm_bytes / 1e6, "MB");
@@ -237,10 +238,22 @@ class TpModule final : public ResolvingModule<Options, Settings> {
   }
 
   void sweeps(Report& report, const Settings& s, const std::map<int, std::vector<Outcome>>& by_t) {
-    Sweep sp{"tp_prefill_speedup", "Prefill speed-up against TP=1", "prompt", "tokens",
-             "speed-up", "x", true, {}};
-    Sweep cs{"tp_prefill_comm_share", "Prefill time in all-reduces", "prompt", "tokens",
-             "share", "%", true, {}};
+    Sweep sp{"tp_prefill_speedup",
+             "Prefill speed-up against TP=1",
+             "prompt",
+             "tokens",
+             "speed-up",
+             "x",
+             true,
+             {}};
+    Sweep cs{"tp_prefill_comm_share",
+             "Prefill time in all-reduces",
+             "prompt",
+             "tokens",
+             "share",
+             "%",
+             true,
+             {}};
     for (const auto& [t, outcomes] : by_t) {
       if (t == 1) continue;
       Series a{fmt::format("TP={}", t), {}, {}}, b = a;
