@@ -34,26 +34,28 @@ Event* OpSpans::next_event() {
   return &events_[used_++];
 }
 
+double half_bits_to_double(std::uint16_t bits, ActDtype dtype) {
+  const std::uint32_t h = bits;
+  if (dtype == ActDtype::BF16) {
+    const std::uint32_t wide = h << 16;
+    float f;
+    std::memcpy(&f, &wide, sizeof(f));
+    return f;
+  }
+  // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+  const std::uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023;
+  const double v = exp == 0 ? std::ldexp(static_cast<double>(man), -24)
+                   : exp == 31
+                       ? (man ? NAN : INFINITY)
+                       : std::ldexp(static_cast<double>(man | 1024), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
 std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDtype dtype) {
   std::vector<std::uint16_t> raw(n);
   GPB_CUDA_CHECK(cudaMemcpy(raw.data(), device_ptr, n * 2, cudaMemcpyDeviceToHost));
   std::vector<double> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t h = raw[i];
-    if (dtype == ActDtype::BF16) {
-      const std::uint32_t bits = h << 16;
-      float f;
-      std::memcpy(&f, &bits, sizeof(f));
-      out[i] = f;
-    } else {  // IEEE binary16
-      const std::uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 31, man = h & 1023;
-      const double v =
-          exp == 0    ? std::ldexp(static_cast<double>(man), -24)
-          : exp == 31 ? (man ? NAN : INFINITY)
-                      : std::ldexp(static_cast<double>(man | 1024), static_cast<int>(exp) - 25);
-      out[i] = sign ? -v : v;
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i) out[i] = half_bits_to_double(raw[i], dtype);
   return out;
 }
 

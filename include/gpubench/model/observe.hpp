@@ -4,6 +4,7 @@
 // the relative L2 error the checks compare them with, and how a step is measured. Shared by
 // seqlen, tp and pp.
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ class OpSpans final : public OpObserver {
   std::size_t used_ = 0;
   std::vector<Pending> spans_;
 };
+
+// One stored bf16 or fp16 value (its 16 bits) as a double, exactly (subnormals, infinities and
+// NaN included).
+double half_bits_to_double(std::uint16_t bits, ActDtype dtype);
 
 // `n` bf16 or fp16 values on the GPU as doubles on the host (synchronous copy).
 std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDtype dtype);
