@@ -31,6 +31,11 @@ std::string trim(const std::string& text);
 // Splits "a, b ,c" into {"a","b","c"} (empty items are an error).
 std::vector<std::string> split_list(const std::string& text, char sep = ',');
 
+// Counts for `option`: "128,256" or "128:8192:x2" (start:stop:xF geometric, or start:stop:step),
+// ascending, unique, each in [1, max]. Throws InputError naming `option`.
+std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
+                                       std::int64_t max);
+
 // Rates: bytes over seconds in GB/s (1e9), flops over seconds in TFLOP/s (1e12).
 inline double GBps(double bytes, double seconds) {
   return bytes / seconds / 1e9;

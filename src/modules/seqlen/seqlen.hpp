@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpubench/core/units.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/measure.hpp"
 #include "gpubench/model/cost.hpp"
@@ -48,10 +49,8 @@ struct Settings {
 // Applies the mode's defaults and checks every value; throws InputError("--option: why").
 Settings resolve_settings(const Options& o, bool quick);
 
-// "128,256" or "128:8192:x2" (start:stop:xF geometric, or start:stop:step), ascending, unique,
-// each in [1, max]. Throws InputError naming `option`.
-std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
-                                       std::int64_t max);
+// "128,256" or "128:8192:x2": gpubench::parse_counts (core/units.hpp).
+using gpubench::parse_counts;
 
 // The model as run: `layers` decoder layers of it (for the cost model and memory plan).
 model::ModelConfig model_as_run(const Settings& s);

@@ -17,53 +17,12 @@ namespace {
 constexpr std::int64_t kMaxTokens = 1 << 20;
 constexpr std::int64_t kMaxBatch = 4096;
 
-std::int64_t parse_count(const std::string& text, const std::string& option) {
-  const std::string t = trim(text);
-  if (t.empty() || t.size() > 9 ||
-      !std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); }))
-    throw InputError(fmt::format("{}: '{}' is not a positive whole number", option, text));
-  return std::stoll(t);
-}
-
 std::vector<std::int64_t> or_default(const std::string& text, const std::string& option,
                                      std::int64_t max, std::vector<std::int64_t> fallback) {
   return trim(text).empty() ? fallback : parse_counts(text, option, max);
 }
 
 }  // namespace
-
-std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
-                                       std::int64_t max) {
-  std::vector<std::int64_t> out;
-  const std::string t = trim(text);
-  if (t.find(':') != std::string::npos) {
-    const auto parts = split_list(t, ':');
-    if (parts.size() != 3)
-      throw InputError(
-          fmt::format("{}: '{}' is not start:stop:step or start:stop:xF", option, text));
-    const std::int64_t start = parse_count(parts[0], option), stop = parse_count(parts[1], option);
-    const std::string step = trim(parts[2]);
-    if (start < 1 || stop < start)
-      throw InputError(fmt::format("{}: '{}' needs 1 <= start <= stop", option, text));
-    if (!step.empty() && (step[0] == 'x' || step[0] == 'X')) {
-      const std::int64_t f = parse_count(step.substr(1), option);
-      if (f < 2) throw InputError(fmt::format("{}: factor '{}' must be at least 2", option, step));
-      for (std::int64_t v = start; v <= stop; v *= f) out.push_back(v);
-    } else {
-      const std::int64_t s = parse_count(step, option);
-      if (s < 1 || (stop - start) / s >= 1024)
-        throw InputError(fmt::format("{}: '{}' gives more than 1024 values", option, text));
-      for (std::int64_t v = start; v <= stop; v += s) out.push_back(v);
-    }
-  } else {
-    for (const auto& item : split_list(t)) out.push_back(parse_count(item, option));
-  }
-  for (std::int64_t v : out)
-    if (v < 1 || v > max) throw InputError(fmt::format("{}: {} is outside 1..{}", option, v, max));
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
 
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
