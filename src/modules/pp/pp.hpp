@@ -1,0 +1,118 @@
+#pragma once
+// Host side of the future `gpubench pp` subcommand (pipeline parallelism). It is not registered
+// yet (src/core/registry.cpp lists "pp" as planned) and nothing on a GPU calls it: the arithmetic
+// the GPU runs will rest on. Options and their checks, stage balancing, the three schedules as
+// per-stage operation orders, a simulator that turns an order and operation times into
+// timelines (bubble fraction, peak activations, exposed transfers), the theory it is compared
+// with, parallel layouts, and the Chrome trace of a timeline.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubench/model/presets.hpp"
+
+namespace gpubench::pp {
+
+// ---------------------------------------------------------------------------------------------
+// Schedules
+
+enum class Schedule { GPipe, OneFOneB, Interleaved };
+const char* to_string(Schedule s);  // "gpipe" / "1f1b" / "interleaved"
+// "gpipe", "1f1b", "interleaved" (case-insensitive); InputError naming --schedule otherwise.
+Schedule parse_schedule(const std::string& text);
+
+// One unit of work of a stage: the forward or backward pass of microbatch `mb` through the
+// stage's model chunk `chunk` (0 unless interleaved, where each stage holds v chunks).
+struct Op {
+  bool forward = true;
+  int mb = 0, chunk = 0;
+  bool operator==(const Op& o) const {
+    return forward == o.forward && mb == o.mb && chunk == o.chunk;
+  }
+};
+
+// The order in which stage `stage` of p runs its operations for m microbatches (v chunks per
+// stage for Interleaved, else 1):
+//   GPipe: every forward (mb 0..m-1), then every backward (mb 0..m-1).
+//   1F1B: min(p - stage - 1, m) warm-up forwards, then one forward and one backward in turn,
+//     then the remaining backwards (Megatron's non-interleaved schedule).
+//   Interleaved (Megatron's interleaved 1F1B): forwards in groups of p microbatches per chunk
+//     (chunk 0 of mb 0..p-1, chunk 1 of the same, ...), (p - stage - 1) * 2 + (v - 1) * p
+//     warm-up forwards (capped at m * v), then 1F1B over the virtual microbatches, backwards
+//     in the mirrored chunk order. Needs m a multiple of p.
+// InputError when p, m or v < 1, v > 1 without Interleaved, or Interleaved with m % p != 0.
+std::vector<Op> stage_order(Schedule s, int p, int m, int v, int stage);
+
+// Bubble fraction of the step in theory (equal stages, no transfer time):
+//   GPipe and 1F1B: (p - 1) / (m + p - 1); Interleaved: (p - 1) / (v * m + p - 1).
+double theory_bubble(Schedule s, int p, int m, int v);
+
+// ---------------------------------------------------------------------------------------------
+// Simulation: the timeline an order gives
+
+// Times of one microbatch through one chunk of one stage (every stage alike, or per stage).
+struct OpTimes {
+  std::vector<double> forward_s, backward_s;  // per stage (size p)
+  double transfer_s = 0;                      // stage to stage, each way, per microbatch
+};
+
+struct Span {
+  Op op;
+  double start = 0, end = 0;
+};
+struct Timeline {
+  std::vector<std::vector<Span>> stages;  // per stage, in its order
+  double makespan_s = 0;
+  double busy_s = 0;                 // sum of all compute spans
+  double bubble = 0;                 // 1 - busy / (p x makespan)
+  std::vector<int> peak_in_flight;   // per stage: most microbatch-chunks forwarded, not yet back
+};
+
+// Runs the orders: an operation starts when its stage is free and its input has arrived (a
+// forward after the same microbatch's forward on the previous stage, or on the last stage of the
+// previous chunk, plus transfer_s; a backward after its forward and after the same microbatch's
+// backward downstream plus transfer_s). Interleaved chunks go around the ring: chunk c of stage
+// p-1 feeds chunk c+1 of stage 0. InputError on an order that deadlocks or on sizes that do not
+// match.
+Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
+
+// ---------------------------------------------------------------------------------------------
+// Stages
+
+// Contiguous stages over `layer_s` (one cost per decoder layer) with `first_extra_s` (the
+// embedding) on stage 0 and `last_extra_s` (final norm and LM head) on the last: a split that
+// minimizes the slowest stage (among equal ones, always the same: a linear-partition dynamic
+// program that takes the earliest cut on ties). Returns the number of layers per stage, each at
+// least 1. InputError when p < 1 or p > layers.
+std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, double first_extra_s,
+                                double last_extra_s);
+
+// ---------------------------------------------------------------------------------------------
+// Parallel layouts
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int gpus() const { return dp * tp * pp; }
+  std::string name() const;  // "dp=4", "tp=2xdp=2", "tp=2xpp=2": non-1 factors, tp, pp, dp order
+  bool operator==(const Layout& o) const { return dp == o.dp && tp == o.tp && pp == o.pp; }
+};
+// "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4" (factors joined by x, layouts by commas) or "all"
+// (every factorization of `gpus` into powers of two of tp, pp and dp that `m` splits evenly:
+// tp dividing heads, KV heads and intermediate, pp <= layers). Each layout's product must be
+// `gpus`. InputError naming --layouts on a malformed item, an unknown or repeated factor, a
+// factor < 1, or a product other than gpus.
+std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model::ModelConfig& m);
+
+// ---------------------------------------------------------------------------------------------
+// Trace
+
+// A Chrome trace (chrome://tracing, Perfetto) of a timeline: one process, one track (thread)
+// per stage named "stage s", a complete event per span ("F3" / "B3", chunk suffix ".c1" when
+// interleaved) in microseconds, plus send and receive spans of transfer_s after and before each
+// cross-stage hop.
+nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transfer_s,
+                                    const std::string& title);
+
+}  // namespace gpubench::pp
