@@ -95,7 +95,8 @@ TEST(PpSimulate, BubbleEqualsTheory) {
   for (int p : {2, 4})
     for (int v : {2, 4})
       for (int m : {p, 2 * p, 4 * p}) {
-        const Timeline t = simulate(Schedule::Interleaved, p, m, v, equal_times(p, 1.0 / v, 2.0 / v));
+        const Timeline t =
+            simulate(Schedule::Interleaved, p, m, v, equal_times(p, 1.0 / v, 2.0 / v));
         EXPECT_NEAR(t.bubble, theory_bubble(Schedule::Interleaved, p, m, v), 1e-9)
             << "p" << p << " v" << v << " m" << m;
       }
@@ -139,10 +140,11 @@ TEST(PpSimulate, BadSizes) {
             "--pp: 0 must be at least 1");
   EXPECT_EQ(input_error_of([] { (void)stage_order(Schedule::GPipe, 2, 0, 1, 0); }),
             "--microbatches: 0 must be at least 1");
-  EXPECT_TRUE(has(input_error_of([] { (void)stage_order(Schedule::GPipe, 2, 2, 1, 2); }),
-                  "stage 2"));
-  EXPECT_TRUE(has(input_error_of([] { (void)simulate(Schedule::GPipe, 2, 2, 1, equal_times(3, 1, 1)); }),
-                  "2 stages"));
+  EXPECT_TRUE(
+      has(input_error_of([] { (void)stage_order(Schedule::GPipe, 2, 2, 1, 2); }), "stage 2"));
+  EXPECT_TRUE(
+      has(input_error_of([] { (void)simulate(Schedule::GPipe, 2, 2, 1, equal_times(3, 1, 1)); }),
+          "2 stages"));
 }
 
 TEST(PpStages, Balance) {
@@ -158,7 +160,9 @@ TEST(PpStages, Balance) {
   EXPECT_EQ(balance_stages(std::vector<double>(32, 1.0), 4, 2.0, 4.0), with_ends);
   EXPECT_EQ(balance_stages({5, 1, 1, 1}, 2, 0, 0), (std::vector<int>{1, 3}));
   EXPECT_EQ(balance_stages({1, 2, 3}, 3, 0, 0), (std::vector<int>{1, 1, 1}));
-  EXPECT_EQ(input_error_of([] { (void)balance_stages({1, 1}, 3, 0, 0); }),
+  EXPECT_EQ(input_error_of([] {
+              (void)balance_stages({1, 1}, 3, 0, 0);
+            }),
             "--pp: 3 stages need at least 3 layers, not 2");
 }
 
@@ -187,7 +191,8 @@ TEST(PpLayouts, BadInput) {
   EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("tp=two", 4, m); }), "whole number"));
   EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("tp=0xdp=4", 4, m); }), "at least 1"));
   EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("dp=4,dp=4", 4, m); }), "twice"));
-  EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("tp=3", 3, m); }), "32 attention heads"));
+  EXPECT_TRUE(
+      has(input_error_of([&] { (void)parse_layouts("tp=3", 3, m); }), "32 attention heads"));
   EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("pp=64", 64, m); }), "64 stages"));
 }
 

@@ -16,7 +16,8 @@ std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, doubl
                                 double last_extra_s) {
   const int L = static_cast<int>(layer_s.size());
   if (p < 1) throw InputError(fmt::format("--pp: {} must be at least 1", p));
-  if (p > L) throw InputError(fmt::format("--pp: {} stages need at least {} layers, not {}", p, p, L));
+  if (p > L)
+    throw InputError(fmt::format("--pp: {} stages need at least {} layers, not {}", p, p, L));
   std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
   for (int i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + layer_s[static_cast<std::size_t>(i)];
   // Stage j holding layers [a, b): its cost.
@@ -105,7 +106,8 @@ std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model
           const Layout l{gpus / (tp * pp), tp, pp};
           if (valid(l, m)) out.push_back(l);
         }
-    if (out.empty()) throw InputError(fmt::format("--layouts: no layout of {} GPUs fits {}", gpus, m.name));
+    if (out.empty())
+      throw InputError(fmt::format("--layouts: no layout of {} GPUs fits {}", gpus, m.name));
     return out;
   }
   for (const auto& item : split_list(trim(text))) {
@@ -113,8 +115,8 @@ std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model
     if (const std::string why = model::why_not_divisible(m, l.tp); !why.empty())
       throw InputError(fmt::format("--layouts: '{}': {}", trim(item), why));
     if (l.pp > m.num_layers)
-      throw InputError(fmt::format("--layouts: '{}': {} stages for {} layers", trim(item), l.pp,
-                                   m.num_layers));
+      throw InputError(
+          fmt::format("--layouts: '{}': {} stages for {} layers", trim(item), l.pp, m.num_layers));
     if (std::find(out.begin(), out.end(), l) != out.end())
       throw InputError(fmt::format("--layouts: '{}' appears twice", l.name()));
     out.push_back(l);

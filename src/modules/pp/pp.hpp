@@ -16,6 +16,50 @@
 namespace gpubench::pp {
 
 // ---------------------------------------------------------------------------------------------
+// Options and settings (settings.cpp)
+
+enum class Schedule;
+
+// As given on the command line or in the config (long option names = INI keys); empty lists mean
+// "the default".
+struct Options {
+  std::string model = "llama-2-7b";
+  std::string model_config;     // a HuggingFace config.json instead of a preset
+  std::string pp;               // stages; default 2,4 (those the GPUs and layers allow)
+  std::string microbatches;     // default 1,2,4,8,16 (quick 4,16)
+  std::string schedule;         // default gpipe,1f1b
+  int chunks = 2;               // model chunks a stage for the interleaved schedule
+  int batch = 16;               // sequences a step, split into the microbatches
+  std::int64_t seq_len = 1024;  // prompt tokens a sequence
+  int layers = 0;               // > 0: only this many decoder layers
+  std::string layouts;          // "" (none), a list such as "dp=4,tp=2xdp=2", or "all"
+  std::string dtype = "bf16";
+};
+
+struct Settings {
+  model::ModelConfig model;
+  int layers = 0;
+  std::vector<int> pp;            // ascending, unique
+  std::vector<int> microbatches;  // ascending, unique, each dividing batch
+  std::vector<Schedule> schedules;
+  int chunks = 2;
+  int batch = 16;
+  std::int64_t seq_len = 1024;
+  std::string layouts_text;  // resolved against the GPUs when the run starts
+  std::string dtype = "bf16";
+  std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
+  nlohmann::ordered_json to_json() const;
+};
+
+// Applies the defaults and checks every value; throws InputError("--option: why") with one line:
+// a stage count above the layers or the visible GPUs (visible_gpus <= 0: unknown, not checked),
+// microbatches that do not divide --batch, an unknown schedule, interleaving whose chunks do not
+// divide each stage's layers (layers % (p x chunks)) or whose microbatches are not a multiple of
+// p, a layout whose product is not the GPU count. Default values that cannot run are dropped
+// with a note instead.
+Settings resolve_settings(const Options& o, bool quick, int visible_gpus);
+
+// ---------------------------------------------------------------------------------------------
 // Schedules
 
 enum class Schedule { GPipe, OneFOneB, Interleaved };
@@ -65,9 +109,9 @@ struct Span {
 struct Timeline {
   std::vector<std::vector<Span>> stages;  // per stage, in its order
   double makespan_s = 0;
-  double busy_s = 0;                 // sum of all compute spans
-  double bubble = 0;                 // 1 - busy / (p x makespan)
-  std::vector<int> peak_in_flight;   // per stage: most microbatch-chunks forwarded, not yet back
+  double busy_s = 0;                // sum of all compute spans
+  double bubble = 0;                // 1 - busy / (p x makespan)
+  std::vector<int> peak_in_flight;  // per stage: most microbatch-chunks forwarded, not yet back
 };
 
 // Runs the orders: an operation starts when its stage is free and its input has arrived (a

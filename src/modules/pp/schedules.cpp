@@ -30,8 +30,7 @@ Schedule parse_schedule(const std::string& text) {
   if (t == "gpipe") return Schedule::GPipe;
   if (t == "1f1b") return Schedule::OneFOneB;
   if (t == "interleaved") return Schedule::Interleaved;
-  throw InputError(
-      fmt::format("--schedule: '{}' is not gpipe, 1f1b or interleaved", trim(text)));
+  throw InputError(fmt::format("--schedule: '{}' is not gpipe, 1f1b or interleaved", trim(text)));
 }
 
 namespace {

@@ -11,9 +11,15 @@ nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transf
   auto us = [](double seconds) { return seconds * 1e6; };
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (int st = 0; st < p; ++st) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", st},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", st},
                       {"args", {{"name", fmt::format("stage {}", st)}}}});
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", p + st},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", p + st},
                       {"args", {{"name", fmt::format("stage {} transfers", st)}}}});
   }
   const bool chunks = s == Schedule::Interleaved;
@@ -39,16 +45,29 @@ nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transf
       if (sp.op.forward && (st < p - 1 || sp.op.chunk < last_chunk)) to = (st + 1) % p;
       if (!sp.op.forward && (st > 0 || sp.op.chunk > 0)) to = (st + p - 1) % p;
       if (to < 0 || p == 1) continue;
-      const std::string what = fmt::format("{} {}", sp.op.forward ? "activations" : "gradients", name);
-      events.push_back({{"name", "send " + what}, {"cat", "send"}, {"ph", "X"}, {"ts", us(sp.end)},
-                        {"dur", us(transfer_s)}, {"pid", 0}, {"tid", p + st}});
-      events.push_back({{"name", "recv " + what}, {"cat", "recv"}, {"ph", "X"}, {"ts", us(sp.end)},
-                        {"dur", us(transfer_s)}, {"pid", 0}, {"tid", p + to}});
+      const std::string what =
+          fmt::format("{} {}", sp.op.forward ? "activations" : "gradients", name);
+      events.push_back({{"name", "send " + what},
+                        {"cat", "send"},
+                        {"ph", "X"},
+                        {"ts", us(sp.end)},
+                        {"dur", us(transfer_s)},
+                        {"pid", 0},
+                        {"tid", p + st}});
+      events.push_back({{"name", "recv " + what},
+                        {"cat", "recv"},
+                        {"ph", "X"},
+                        {"ts", us(sp.end)},
+                        {"dur", us(transfer_s)},
+                        {"pid", 0},
+                        {"tid", p + to}});
     }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},
           {"otherData",
-           {{"title", title}, {"schedule", to_string(s)}, {"bubble", t.bubble},
+           {{"title", title},
+            {"schedule", to_string(s)},
+            {"bubble", t.bubble},
             {"makespan_ms", t.makespan_s * 1e3}}}};
 }
 

@@ -1,0 +1,88 @@
+// Host side of the future `gpubench pp` subcommand (not registered yet): defaults, the checks of
+// the issue's bad input (stages above layers or GPUs, microbatches that do not divide the batch,
+// unknown schedules, chunks that do not divide the layers, layouts of the wrong size) and what
+// the defaults drop.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../../src/modules/pp/pp.hpp"
+#include "gpubench/core/errors.hpp"
+#include "input_error.hpp"
+
+using namespace gpubench;
+using namespace gpubench::pp;
+using gpubench::testing::input_error_of;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(PpSettings, Defaults) {
+  const Settings s = resolve_settings(Options{}, false, 4);
+  EXPECT_EQ(s.model.name, "llama-2-7b");
+  EXPECT_EQ(s.layers, 32);
+  EXPECT_EQ(s.pp, (std::vector<int>{2, 4}));
+  EXPECT_EQ(s.microbatches, (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(s.schedules, (std::vector<Schedule>{Schedule::GPipe, Schedule::OneFOneB}));
+  EXPECT_EQ(s.batch, 16);
+  EXPECT_TRUE(s.notes.empty());
+  EXPECT_EQ(resolve_settings(Options{}, true, 4).microbatches, (std::vector<int>{4, 16}));
+  // Two GPUs: the default 4 stages are dropped with a note.
+  const Settings two = resolve_settings(Options{}, false, 2);
+  EXPECT_EQ(two.pp, (std::vector<int>{2}));
+  ASSERT_EQ(two.notes.size(), 1u);
+  EXPECT_TRUE(has(two.notes[0], "4 stages need 4 GPUs, 2 visible"));
+  const auto j = s.to_json();
+  EXPECT_EQ(j["schedules"], nlohmann::ordered_json::parse(R"(["gpipe","1f1b"])"));
+}
+
+TEST(PpSettings, BadInput) {
+  auto err = [](Options o, int visible = 4) {
+    return input_error_of([&] { (void)resolve_settings(o, false, visible); });
+  };
+  Options o;
+  o.pp = "8";
+  EXPECT_EQ(err(o), "--pp: 8 stages need 8 GPUs, 4 visible");
+  o.pp = "2";
+  o.layers = 1;
+  EXPECT_EQ(err(o), "--pp: 2 stages need at least 2 layers (llama-2-7b has 1)");
+  o = Options{};
+  o.microbatches = "3";
+  EXPECT_EQ(err(o), "--microbatches: 3 does not divide --batch 16");
+  o = Options{};
+  o.schedule = "gpipe,zero-bubble";
+  EXPECT_EQ(err(o), "--schedule: 'zero-bubble' is not gpipe, 1f1b or interleaved");
+  o = Options{};
+  o.schedule = "interleaved";
+  o.chunks = 3;
+  o.pp = "2";
+  EXPECT_TRUE(has(err(o), "3 chunks on each of 2 stages do not divide 32 layers"));
+  o.chunks = 2;
+  o.pp = "4";
+  o.microbatches = "2";
+  EXPECT_EQ(err(o), "--microbatches: 2 is not a multiple of 4 stages (the interleaved schedule)");
+  o = Options{};
+  o.layouts = "tp=2";
+  EXPECT_EQ(err(o), "--layouts: 'tp=2' uses 2 GPUs, not the 4 of the run");
+  o = Options{};
+  o.batch = 0;
+  EXPECT_EQ(err(o), "--batch: 0 is outside 1..4096");
+  o = Options{};
+  o.dtype = "fp8";
+  EXPECT_TRUE(has(err(o), "--dtype: 'fp8'"));
+  o = Options{};
+  o.pp = "two";
+  EXPECT_TRUE(has(err(o), "--pp"));
+  // Interleaved defaults: counts that are not multiples of the stages are dropped with notes.
+  o = Options{};
+  o.schedule = "interleaved";
+  const Settings s = resolve_settings(o, false, 4);
+  EXPECT_EQ(s.microbatches, (std::vector<int>{4, 8, 16}));
+  EXPECT_EQ(s.notes.size(), 2u);
+}
