@@ -1,7 +1,8 @@
-// The tensor-parallel engine (Megatron shards): every rank's weights are the exact slices of the
-// one-GPU model's (rows of qkv and gate|up with their biases, columns of out and down), and the
-// output of t ranks equals the TP=1 output within bf16 tolerance, prefill and decode after it,
-// with all-reduces and with sequence parallelism (reduce-scatter + all-gather in prefill):
+// The tensor-parallel engine (Megatron shards): every rank allocates what model::engine_memory
+// plans, its weights are the exact slices of the one-GPU model's (rows of qkv and gate|up with
+// their biases, columns of out and down), and the output of t ranks equals the TP=1 output within
+// bf16 tolerance, prefill and decode after it, with all-reduces and with sequence parallelism
+// (reduce-scatter + all-gather in prefill):
 //   - on one GPU, t ranks in threads with a host-synchronized sum (covers t = 2 and 4 anywhere);
 //   - across GPUs over NCCL (skipped with fewer than 2 GPUs), as `gpubench tp` runs it.
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 
 #include "../../src/modules/tp/tp.hpp"
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/presets.hpp"
@@ -213,6 +215,14 @@ TEST(TpEngine, ShardsAreSlicesOfTheFullWeights) {
         Transformer part(m, options(t, r), kGpu);
         const ShardShape& sh = part.shard();
         ASSERT_EQ(sh.heads, m.num_heads / t);
+        // The host-side plan of the allocations is exact.
+        int cc = 0;
+        GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, kGpu));
+        const EngineMemory plan = engine_memory(m, options(t, r), gemm_workspace_bytes(cc));
+        EXPECT_EQ(part.memory().weights, plan.weights) << m.name << " t=" << t;
+        EXPECT_EQ(part.memory().kv_cache, plan.kv_cache) << m.name << " t=" << t;
+        EXPECT_EQ(part.memory().activations, plan.activations) << m.name << " t=" << t;
+        EXPECT_EQ(part.memory().workspace, plan.workspace) << m.name << " t=" << t;
         for (int l = 0; l < 2; ++l) {
           auto param = [&](const Transformer& e, const char* name, std::size_t elems) {
             return download(e.parameter(name, l), elems);

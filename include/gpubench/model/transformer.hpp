@@ -108,6 +108,13 @@ struct EngineMemory {
   std::uint64_t total() const { return weights + kv_cache + activations + workspace; }
 };
 
+// The bytes a Transformer built with these options allocates (what memory() will report), on
+// the host, before building it: to decide whether a point fits. gemm_workspace_bytes is the
+// cuBLASLt workspace of the device (gemm_workspace_bytes(cc_major)). InputError as the
+// constructor's (tp_size that does not split the model).
+EngineMemory engine_memory(const ModelConfig& model, const EngineOptions& options,
+                           std::size_t gemm_workspace_bytes);
+
 class Transformer {
  public:
   // Allocates and fills everything on `device` (the current device must be `device`).

@@ -13,6 +13,7 @@
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/observe.hpp"
 #include "seqlen.hpp"
@@ -85,19 +86,9 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
   PointOutcome o;
   o.batch = batch;
   o.length = length;
-  const model::ModelConfig m = model_as_run(s);
-  const int elem = static_cast<int>(act_bytes(s.dtype));
   const std::int64_t generate = s.output_lens.back();
   // The cache holds the prompt and every generated token but the last (it is never fed back).
   const std::int64_t context = length + std::max<std::int64_t>(generate - 1, 1);
-  o.plan = model::memory_plan(m, batch, context, elem);
-  DeviceGuard guard(gpu);
-  const std::uint64_t free0 = free_bytes(gpu);
-  if (const std::string why = model::why_not(o.plan, free0); !why.empty()) {
-    o.status = "skipped";
-    o.note = why;
-    return o;
-  }
   model::EngineOptions eo;
   eo.dtype = s.dtype;
   eo.layers = s.layers;
@@ -105,6 +96,22 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
   eo.max_tokens = static_cast<int>(length);
   eo.max_context = static_cast<int>(context);
   eo.attention = s.attention;
+  DeviceGuard guard(gpu);
+  // What the engine will allocate, exactly (model::engine_memory), checked against the free memory
+  // before anything is allocated.
+  int cc_major = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, gpu));
+  const model::EngineMemory planned = model::engine_memory(s.model, eo, gemm_workspace_bytes(cc_major));
+  o.plan.weight_bytes = planned.weights;
+  o.plan.kv_cache_bytes = planned.kv_cache;
+  o.plan.activation_bytes = planned.activations + planned.workspace;
+  o.plan.total_bytes = planned.total();
+  const std::uint64_t free0 = free_bytes(gpu);
+  if (const std::string why = model::why_not(o.plan, free0); !why.empty()) {
+    o.status = "skipped";
+    o.note = why;
+    return o;
+  }
   std::unique_ptr<model::Transformer> engine;
   try {
     engine = std::make_unique<model::Transformer>(s.model, eo, gpu);

@@ -1,0 +1,50 @@
+// The engine's allocations, computed on the host: the same sizes the Transformer constructor
+// allocates (a GPU test checks that memory() equals this).
+#include <algorithm>
+
+#include "attention.cuh"
+#include "gpubench/model/transformer.hpp"
+
+namespace gpubench::model {
+
+EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
+                           std::size_t gemm_workspace_bytes) {
+  const ShardShape sh = shard_shape(m, o.tp_size, o.tp_rank);
+  const std::uint64_t e = act_bytes(o.dtype);
+  const std::uint64_t H = m.hidden_size, V = m.vocab_size;
+  const std::uint64_t Ql = sh.q_dim, KVl = sh.kv_dim, Il = sh.intermediate;
+  const std::uint64_t up = m.gated_mlp ? 2 * Il : Il;
+  const auto layers =
+      static_cast<std::uint64_t>(o.layers > 0 ? std::min(o.layers, m.num_layers) : m.num_layers);
+  const bool ln = m.norm == Norm::LayerNorm;
+  const std::uint64_t norm = ln ? 2 * H : H;  // weight (and bias)
+
+  std::uint64_t w = V * H + norm;  // embedding, final norm
+  if (m.positions == Positions::Learned)
+    w += static_cast<std::uint64_t>(std::max(m.max_positions, o.max_context)) * H;
+  if (!m.tie_word_embeddings) w += V * H;
+  std::uint64_t layer = 2 * norm + (Ql + 2 * KVl) * H + H * Ql + up * H + H * Il;
+  if (m.qkv_bias) layer += Ql + 2 * KVl;
+  if (m.qk_norm) layer += 2 * static_cast<std::uint64_t>(m.head_dim);
+  if (m.out_bias) layer += H;
+  if (m.mlp_bias) layer += up + H;
+  w += layers * layer;
+
+  EngineMemory mem;
+  mem.weights = w * e;
+  mem.kv_cache = 2 * layers * static_cast<std::uint64_t>(o.max_batch) *
+                 static_cast<std::uint64_t>(o.max_context) * KVl * e;
+  const std::uint64_t rows =
+      static_cast<std::uint64_t>(o.max_batch) * static_cast<std::uint64_t>(o.max_tokens);
+  mem.activations = rows * (3 * H + Ql + 2 * KVl + Ql + up + Il) * e  // x h tmp qkv attn mlp act
+                    + 2 * rows * sizeof(std::int32_t)                 // positions, token ids
+                    + static_cast<std::uint64_t>(o.max_batch) * (H + V) * e;  // last rows, logits
+  AttentionArgs probe;
+  probe.batch = o.max_batch;
+  probe.heads = sh.heads;
+  probe.head_dim = m.head_dim;
+  mem.workspace = decode_workspace_bytes(probe, 64) + gemm_workspace_bytes;
+  return mem;
+}
+
+}  // namespace gpubench::model

@@ -1,0 +1,57 @@
+// The engine's allocations computed on the host (model::engine_memory): the weights are the
+// model's parameters, the KV cache and activations follow the options, tensor-parallel ranks hold
+// their shards. (That the Transformer allocates exactly this is a GPU test, test_tp_engine.)
+#include <gtest/gtest.h>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/model/presets.hpp"
+#include "gpubench/model/transformer.hpp"
+
+using namespace gpubench;
+using namespace gpubench::model;
+
+TEST(EngineMemory, FollowsTheModelAndOptions) {
+  for (const char* name : {"llama-2-7b", "opt-125m", "qwen2.5-7b", "qwen3-8b", "gpt2-xl"}) {
+    const ModelConfig m = load_preset(name);
+    EngineOptions o;
+    o.max_batch = 2;
+    o.max_tokens = 512;
+    o.max_context = 1024;
+    const EngineMemory mem = engine_memory(m, o, 1 << 20);
+    // Learned position tables are sized for the engine's context when it is longer.
+    const std::uint64_t extra_positions =
+        m.positions == Positions::Learned && o.max_context > m.max_positions
+            ? static_cast<std::uint64_t>(o.max_context - m.max_positions) * m.hidden_size * 2
+            : 0;
+    // OPT's table has 2 more rows in the parameter count (HF's position offset); the engine
+    // indexes positions from 0 and leaves them out.
+    const std::uint64_t opt_offset = m.model_type == "opt" ? 2ull * m.hidden_size * 2 : 0;
+    EXPECT_EQ(mem.weights + opt_offset,
+              static_cast<std::uint64_t>(m.params_total()) * 2 + extra_positions)
+        << name;
+    EXPECT_EQ(mem.kv_cache, 2ull * m.num_layers * 2 * 1024 * m.kv_dim() * 2) << name;
+    EXPECT_GT(mem.activations, 2ull * 512 * 3 * m.hidden_size * 2) << name;
+    EXPECT_GE(mem.workspace, 1u << 20) << name;
+    EXPECT_EQ(mem.total(), mem.weights + mem.kv_cache + mem.activations + mem.workspace);
+  }
+}
+
+TEST(EngineMemory, LayersAndShards) {
+  const ModelConfig m = load_preset("llama-2-7b");
+  EngineOptions o;
+  const EngineMemory full = engine_memory(m, o, 0);
+  o.layers = 2;
+  const EngineMemory two = engine_memory(m, o, 0);
+  EXPECT_EQ(two.kv_cache * 16, full.kv_cache);
+  EXPECT_LT(two.weights, full.weights);
+  o.layers = 0;
+  o.tp_size = 2;
+  const EngineMemory half = engine_memory(m, o, 0);
+  EXPECT_EQ(half.kv_cache * 2, full.kv_cache);
+  // The decoder layers halve; embedding, LM head and norms stay whole on every rank.
+  const std::uint64_t replicated =
+      (2ull * m.vocab_size * m.hidden_size + (2ull * m.num_layers + 1) * m.hidden_size) * 2;
+  EXPECT_EQ((half.weights - replicated) * 2, full.weights - replicated);
+  o.tp_size = 3;
+  EXPECT_THROW((void)engine_memory(m, o, 0), InputError);
+}
