@@ -106,7 +106,40 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
       eo.tp_size = t;
       eo.tp_rank = self.rank;
       eo.sequence_parallel = s.sequence_parallel;
-      model::Transformer engine(s.model, eo, self.device);
+      // Every rank builds its engine; if any cannot (out of memory, say), all skip this batch
+      // together rather than wait in a collective for the one that stopped.
+      std::unique_ptr<model::Transformer> built;
+      std::string why;
+      try {
+        built = std::make_unique<model::Transformer>(s.model, eo, self.device);
+      } catch (const GpuError& e) {
+        why = e.what();
+      } catch (const InputError& e) {
+        why = e.what();
+      }
+      const auto ready = group.all_gather(self.rank, why.empty() ? 1.0 : 0.0);
+      if (std::any_of(ready.begin(), ready.end(), [](double v) { return v == 0; })) {
+        if (self.rank == 0) {
+          const auto first = std::find(ready.begin(), ready.end(), 0.0) - ready.begin();
+          const std::string note = why.empty()
+                                       ? fmt::format("rank {} could not build its engine", first)
+                                       : fmt::format("the engine could not be built: {}", why);
+          auto skip = [&](model::Phase phase, std::int64_t len) {
+            Outcome o;
+            o.t = t;
+            o.phase = phase;
+            o.batch = batch;
+            o.length = len;
+            o.status = "skipped";
+            o.note = note;
+            out.push_back(o);
+          };
+          for (std::int64_t len : s.seq_lens) skip(model::Phase::Prefill, len);
+          for (std::int64_t c : s.contexts) skip(model::Phase::Decode, c);
+        }
+        continue;
+      }
+      model::Transformer& engine = *built;
       if (collectives) engine.set_collectives(collectives.get());
       // The standalone all-reduce's buffer: the largest message of this batch.
       DeviceBuffer scratch(self.device, t > 1 ? static_cast<std::size_t>(batch * max_prompt * H * 2)
