@@ -14,15 +14,18 @@ EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
   const std::uint64_t H = m.hidden_size, V = m.vocab_size;
   const std::uint64_t Ql = sh.q_dim, KVl = sh.kv_dim, Il = sh.intermediate;
   const std::uint64_t up = m.gated_mlp ? 2 * Il : Il;
-  const auto layers =
-      static_cast<std::uint64_t>(o.layers > 0 ? std::min(o.layers, m.num_layers) : m.num_layers);
+  const int rest = m.num_layers - std::max(o.first_layer, 0);
+  const auto layers = static_cast<std::uint64_t>(o.layers > 0 ? std::min(o.layers, rest) : rest);
   const bool ln = m.norm == Norm::LayerNorm;
   const std::uint64_t norm = ln ? 2 * H : H;  // weight (and bias)
 
-  std::uint64_t w = V * H + norm;  // embedding, final norm
-  if (m.positions == Positions::Learned)
+  // The embedding on the first stage (and on the last when the LM head is tied to it); the final
+  // norm and an own LM head on the last.
+  std::uint64_t w = 0;
+  if (o.embed || (o.head && m.tie_word_embeddings)) w += V * H;
+  if (o.embed && m.positions == Positions::Learned)
     w += static_cast<std::uint64_t>(std::max(m.max_positions, o.max_context)) * H;
-  if (!m.tie_word_embeddings) w += V * H;
+  if (o.head) w += norm + (m.tie_word_embeddings ? 0 : V * H);
   std::uint64_t layer = 2 * norm + (Ql + 2 * KVl) * H + H * Ql + up * H + H * Il;
   if (m.qkv_bias) layer += Ql + 2 * KVl;
   if (m.qk_norm) layer += 2 * static_cast<std::uint64_t>(m.head_dim);

@@ -161,7 +161,9 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
     : model_(model),
       opts_(options),
       device_(device),
-      layers_(options.layers > 0 ? std::min(options.layers, model.num_layers) : model.num_layers),
+      layers_(options.layers > 0
+                  ? std::min(options.layers, model.num_layers - std::max(options.first_layer, 0))
+                  : model.num_layers - std::max(options.first_layer, 0)),
       elem_(act_bytes(options.dtype)) {
   const ModelConfig& m = model_;
   if (m.head_dim != 64 && m.head_dim != 128)
@@ -170,6 +172,9 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
     throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
   shard_ = shard_shape(m, opts_.tp_size, opts_.tp_rank);  // InputError when t does not split m
+  if (opts_.first_layer < 0 || opts_.first_layer >= m.num_layers)
+    throw InputError(fmt::format("engine: first layer {} is outside 0..{} ({})", opts_.first_layer,
+                                 m.num_layers - 1, m.name));
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   attention_ = std::make_unique<AttentionRunner>(device_, opts_.attention);
   Stream setup(device_);
@@ -185,27 +190,32 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
     if (ln) *b = weight(1, n, bias_id, kBiasScale, s, weights_);
   };
 
-  embed_ = weight(m.vocab_size, H, kEmbedId, 1.0f, s, weights_);
-  if (m.positions == Positions::Learned)
+  // The embedding on the first stage (and on the last when the LM head is tied to it).
+  if (opts_.embed || (opts_.head && m.tie_word_embeddings))
+    embed_ = weight(m.vocab_size, H, kEmbedId, 1.0f, s, weights_);
+  if (opts_.embed && m.positions == Positions::Learned)
     positions_w_ =
         weight(std::max(m.max_positions, opts_.max_context), H, kPositionsId, 1.0f, s, weights_);
-  lm_head_ = m.tie_word_embeddings
-                 ? embed_
-                 : weight(m.vocab_size, H, kLmHeadId, 1.0f / std::sqrt(float(H)), s, weights_);
-  norm_weight(H, kFinalNormBiasId, &final_norm_w_, &final_norm_b_);
+  if (opts_.head) {
+    lm_head_ = m.tie_word_embeddings
+                   ? embed_
+                   : weight(m.vocab_size, H, kLmHeadId, 1.0f / std::sqrt(float(H)), s, weights_);
+    norm_weight(H, kFinalNormBiasId, &final_norm_w_, &final_norm_b_);
+  }
 
   const std::uint64_t cache_elems = static_cast<std::uint64_t>(opts_.max_batch) *
                                     static_cast<std::uint64_t>(opts_.max_context) *
                                     static_cast<std::uint64_t>(KVl);
   kv_ = alloc(2 * static_cast<std::uint64_t>(layers_) * cache_elems * elem_, &memory_.kv_cache);
   for (int l = 0; l < layers_; ++l) {
+    const int g = opts_.first_layer + l;  // the layer's index in the whole model: its weights
     auto L = std::make_unique<Layer>();
-    norm_weight(H, layer_id(l, kInNormBias), &L->in_norm_w, &L->in_norm_b);
+    norm_weight(H, layer_id(g, kInNormBias), &L->in_norm_w, &L->in_norm_b);
     // Column-parallel: this rank's q, k and v rows (gate and up rows below); row-parallel: its
     // columns of out and down. At tp_size 1 the blocks cover the whole weight.
     const std::int64_t qkv_cols = m.q_dim() + 2 * m.kv_dim();
-    L->qkv_w = weight_rows(shard_.qkv_rows, H, layer_id(l, kQkv), 1.0f / std::sqrt(float(H)), s);
-    if (m.qkv_bias) L->qkv_b = bias_cols(shard_.qkv_rows, qkv_cols, layer_id(l, kQkvBias), s);
+    L->qkv_w = weight_rows(shard_.qkv_rows, H, layer_id(g, kQkv), 1.0f / std::sqrt(float(H)), s);
+    if (m.qkv_bias) L->qkv_b = bias_cols(shard_.qkv_rows, qkv_cols, layer_id(g, kQkvBias), s);
     if (m.qk_norm) {  // one buffer: the q norm's head_dim weights, then the k norm's
       weights_.push_back(
           alloc(static_cast<std::uint64_t>(2 * m.head_dim) * elem_, &memory_.weights));
@@ -213,16 +223,16 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
       L->q_norm_w = weights_.back().get();
       L->k_norm_w = static_cast<unsigned char*>(L->q_norm_w) + m.head_dim * elem_;
     }
-    L->out_w = weight_cols(H, shard_.out_cols, Q, layer_id(l, kOut), 1.0f / std::sqrt(float(Q)), s);
-    if (m.out_bias) L->out_b = weight(1, H, layer_id(l, kOutBias), kBiasScale, s, weights_);
-    norm_weight(H, layer_id(l, kPostNormBias), &L->post_norm_w, &L->post_norm_b);
+    L->out_w = weight_cols(H, shard_.out_cols, Q, layer_id(g, kOut), 1.0f / std::sqrt(float(Q)), s);
+    if (m.out_bias) L->out_b = weight(1, H, layer_id(g, kOutBias), kBiasScale, s, weights_);
+    norm_weight(H, layer_id(g, kPostNormBias), &L->post_norm_w, &L->post_norm_b);
     const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
     L->up_w =
-        weight_rows(shard_.gate_up_rows, H, layer_id(l, kGateUp), 1.0f / std::sqrt(float(H)), s);
-    if (m.mlp_bias) L->up_b = bias_cols(shard_.gate_up_rows, up_rows, layer_id(l, kUpBias), s);
+        weight_rows(shard_.gate_up_rows, H, layer_id(g, kGateUp), 1.0f / std::sqrt(float(H)), s);
+    if (m.mlp_bias) L->up_b = bias_cols(shard_.gate_up_rows, up_rows, layer_id(g, kUpBias), s);
     L->down_w =
-        weight_cols(H, shard_.down_cols, I, layer_id(l, kDown), 1.0f / std::sqrt(float(I)), s);
-    if (m.mlp_bias) L->down_b = weight(1, H, layer_id(l, kDownBias), kBiasScale, s, weights_);
+        weight_cols(H, shard_.down_cols, I, layer_id(g, kDown), 1.0f / std::sqrt(float(I)), s);
+    if (m.mlp_bias) L->down_b = weight(1, H, layer_id(g, kDownBias), kBiasScale, s, weights_);
     auto* base = kv_.as<unsigned char>() + 2 * static_cast<std::uint64_t>(l) * cache_elems * elem_;
     L->k_cache = base;
     L->v_cache = base + cache_elems * elem_;
@@ -403,14 +413,17 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
         fmt::format("engine: sequence parallelism needs batch x tokens ({}) divisible by tp {}",
                     rows, opts_.tp_size));
   {
-    // Every rank embeds every row; with sequence parallelism it then keeps only its own.
+    // Every rank embeds every row; with sequence parallelism it then keeps only its own. A later
+    // pipeline stage starts from input_hidden() instead.
     OpScope scope(observer_, "embedding", -1, stream);
     fill_positions(positions_.as<std::int32_t>(), batch, tokens, pos0, stream);
-    embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
-                     positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
+    if (opts_.embed)
+      embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
+                       positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
   }
   for (int l = 0; l < layers_; ++l) layer_forward(l, batch, tokens, pos0, decode, stream);
   if (sp_) gather_rows("final_all_gather", -1, x_.get(), rows, stream);  // every row's stream
+  if (!opts_.head) return;  // a pipeline stage before the last: its output is hidden()
   {
     OpScope scope(observer_, "final_norm", -1, stream);
     // The last position of each sequence, then the final norm in place.

@@ -233,3 +233,57 @@ TEST(Transformer, PrefillMatchesHostReference) {
     wrong += !(std::fabs(got[v] - want[0][v]) <= 0.03f * scale);
   EXPECT_EQ(wrong, 0) << "max |logit| " << scale;
 }
+
+// Pipeline stages: the model cut in two engines on one GPU, the first's residual stream handed
+// to the second, gives the one-engine logits, prefill and decode after it (same weights by global
+// layer index; the only difference is the cut itself: the whole model fuses the residual add with
+// the next layer's norm, the stages run them as two kernels, so a value may round differently);
+// also with a tied LM head (opt-125m), which the last stage holds without the embedding step.
+TEST(Transformer, PipelineStagesEqualTheWholeModel) {
+  DeviceGuard guard(kGpu);
+  for (const ModelConfig& m : {tiny_llama(), load_preset("opt-125m")}) {
+    EngineOptions o;
+    o.max_batch = 2;
+    o.max_tokens = 32;
+    o.max_context = 64;
+    o.layers = 2;
+    EngineOptions first = o, second = o;
+    first.layers = 1;
+    first.head = false;
+    second.first_layer = 1;
+    second.layers = 1;
+    second.embed = false;
+    Transformer whole(m, o, kGpu), a(m, first, kGpu), b(m, second, kGpu);
+    Stream s(kGpu);
+    const int batch = 2, n = 20;
+    const std::size_t hidden_bytes = static_cast<std::size_t>(batch) * n * m.hidden_size * 2;
+    const std::int32_t* ids = whole.tokens(batch, n, 3, s.get());
+    whole.prefill(ids, batch, n, s.get());
+    const auto want = logits_of(whole, batch, m.vocab_size);
+    const std::int32_t* ids_a = a.tokens(batch, n, 3, s.get());
+    a.prefill(ids_a, batch, n, s.get());
+    GPB_CUDA_CHECK(cudaMemcpyAsync(b.input_hidden(), a.hidden(), hidden_bytes,
+                                   cudaMemcpyDeviceToDevice, s.get()));
+    b.prefill(nullptr, batch, n, s.get());
+    auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+      float scale = 0;
+      for (float v : ref) scale = std::max(scale, std::fabs(v));
+      int wrong = scale > 0 ? 0 : -1;
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        wrong += !(std::fabs(got[i] - ref[i]) <= 0.01f * scale);
+      return wrong;
+    };
+    EXPECT_EQ(close(logits_of(b, batch, m.vocab_size), want), 0) << m.name << ": prefill";
+    // One decode step at position n through both.
+    const std::int32_t* next = whole.tokens(batch, 1, 4, s.get());
+    whole.decode(next, batch, n, s.get());
+    const auto want_decode = logits_of(whole, batch, m.vocab_size);
+    const std::int32_t* next_a = a.tokens(batch, 1, 4, s.get());
+    a.decode(next_a, batch, n, s.get());
+    GPB_CUDA_CHECK(cudaMemcpyAsync(b.input_hidden(), a.hidden(),
+                                   static_cast<std::size_t>(batch) * m.hidden_size * 2,
+                                   cudaMemcpyDeviceToDevice, s.get()));
+    b.decode(nullptr, batch, n, s.get());
+    EXPECT_EQ(close(logits_of(b, batch, m.vocab_size), want_decode), 0) << m.name << ": decode";
+  }
+}

@@ -55,3 +55,23 @@ TEST(EngineMemory, LayersAndShards) {
   o.tp_size = 3;
   EXPECT_THROW((void)engine_memory(m, o, 0), InputError);
 }
+
+// Pipeline stages: the layers and the ends split, nothing counted twice but a tied embedding,
+// which both ends hold.
+TEST(EngineMemory, PipelineStages) {
+  for (const char* name : {"llama-2-7b", "opt-125m"}) {
+    const ModelConfig m = load_preset(name);
+    EngineOptions o;
+    const EngineMemory whole = engine_memory(m, o, 0);
+    EngineOptions first = o, last = o;
+    first.layers = m.num_layers / 2;
+    first.head = false;
+    last.first_layer = m.num_layers / 2;
+    last.embed = false;
+    const EngineMemory a = engine_memory(m, first, 0), b = engine_memory(m, last, 0);
+    const std::uint64_t tied =
+        m.tie_word_embeddings ? static_cast<std::uint64_t>(m.vocab_size) * m.hidden_size * 2 : 0;
+    EXPECT_EQ(a.weights + b.weights, whole.weights + tied) << name;
+    EXPECT_EQ(a.kv_cache + b.kv_cache, whole.kv_cache) << name;
+  }
+}

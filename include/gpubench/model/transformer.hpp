@@ -76,6 +76,15 @@ struct EngineOptions {
   // outputs are reduce-scattered instead of all-reduced, and each norm's output is all-gathered
   // before the next column-parallel GEMM. R must divide by tp_size. Decode keeps the all-reduces.
   bool sequence_parallel = false;
+  // Pipeline parallelism: this engine is one stage, decoder layers first_layer ..
+  // first_layer + layers - 1 (layers 0: to the model's last). `embed`: it starts from token ids
+  // (the embedding); otherwise a step starts from the hidden states written to input_hidden().
+  // `head`: it ends with the final norm and the LM head (logits); otherwise a step ends with the
+  // residual stream in hidden(). Weights are the same seeded values as the one-GPU model's layers
+  // of the same global index.
+  int first_layer = 0;
+  bool embed = true;
+  bool head = true;
 };
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
@@ -132,13 +141,18 @@ class Transformer {
   const std::int32_t* tokens(int batch, int tokens, std::uint64_t seed, cudaStream_t stream);
 
   // The prompt `ids` [batch * tokens] at positions 0..tokens-1: fills the KV cache, leaves the
-  // last position's logits [batch, vocab] in logits().
+  // last position's logits [batch, vocab] in logits(). A stage without the embedding ignores
+  // `ids` (may be null) and starts from input_hidden(); one without the head leaves hidden().
   void prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream);
   // One token per sequence, `ids` [batch], at position `context` (the cache holds 0..context-1):
   // writes its K/V at `context`, leaves logits. Capturable in a CUDA graph (no host copies).
   void decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream);
 
   const void* logits() const noexcept { return logits_.get(); }
+  // A stage without the embedding: where a step's input hidden states go [batch * tokens,
+  // hidden]; every stage: the residual stream after its last layer (before any final norm).
+  void* input_hidden() noexcept { return x_.get(); }
+  const void* hidden() const noexcept { return x_.get(); }
   // The hidden states after the final norm of the last step's last positions [batch, hidden].
   const void* final_hidden() const noexcept { return last_.get(); }
 
