@@ -380,8 +380,8 @@ void Transformer::gather_rows(const char* op, int l, void* data, std::int64_t ro
   collectives_->all_gather(data, rows / opts_.tp_size * model_.hidden_size, opts_.dtype, stream);
 }
 
-unsigned char* Transformer::local_rows(const DeviceBuffer& b, std::int64_t rows) const {
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(b.get()));
+unsigned char* Transformer::local_rows(DeviceBuffer& b, std::int64_t rows) const {
+  auto* p = b.as<unsigned char>();
   if (!sp_) return p;
   return p + opts_.tp_rank * (rows / opts_.tp_size) * model_.hidden_size * elem_;
 }
@@ -519,23 +519,32 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   }
   // Row-parallel: each rank's partial sum; the bias is added once, after the sum (an all-reduce,
   // or with sequence parallelism a reduce-scatter onto this rank's rows).
+  auto sum_partials = [&](const char* all_reduce_op, const char* reduce_scatter_op,
+                          const void* bias) {
+    if (sp_)
+      scatter_rows(reduce_scatter_op, l, tmp_.get(), bias, rows, stream);
+    else if (split)
+      reduce_rows(all_reduce_op, l, tmp_.get(), bias, rows, stream);
+  };
+  // x += tmp; h = the norm (w, b) of x, on this rank's rows, then gathered to every row with
+  // sequence parallelism.
+  auto residual_norm = [&](const char* op, const char* gather_op, const void* w, const void* b) {
+    {
+      OpScope scope(observer_, op, l, stream);
+      if (ln)
+        add_layer_norm(x_loc, h_loc, tmp_loc, w, b, nrows, static_cast<int>(H), eps, opts_.dtype,
+                       stream);
+      else
+        add_rms_norm(x_loc, h_loc, tmp_loc, w, nrows, static_cast<int>(H), eps, opts_.dtype,
+                     stream);
+    }
+    if (sp_) gather_rows(gather_op, l, h_.get(), rows, stream);
+  };
   linear("attn_out", l, attn_.get(), L.out_w, split ? nullptr : L.out_b, tmp_.get(), rows, H, Q,
          stream);
-  if (sp_)
-    scatter_rows("attn_reduce_scatter", l, tmp_.get(), L.out_b, rows, stream);
-  else if (split)
-    reduce_rows("attn_all_reduce", l, tmp_.get(), L.out_b, rows, stream);
-  {
-    // x += attention output; h = post-attention norm of x.
-    OpScope scope(observer_, "residual_norm", l, stream);
-    if (ln)
-      add_layer_norm(x_loc, h_loc, tmp_loc, L.post_norm_w, L.post_norm_b, nrows,
-                     static_cast<int>(H), eps, opts_.dtype, stream);
-    else
-      add_rms_norm(x_loc, h_loc, tmp_loc, L.post_norm_w, nrows, static_cast<int>(H), eps,
-                   opts_.dtype, stream);
-  }
-  if (sp_) gather_rows("attn_all_gather", l, h_.get(), rows, stream);
+  sum_partials("attn_all_reduce", "attn_reduce_scatter", L.out_b);
+  // x += attention output; h = post-attention norm of x.
+  residual_norm("residual_norm", "attn_all_gather", L.post_norm_w, L.post_norm_b);
   const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, h_.get(), L.up_w, L.up_b, mlp_.get(), rows,
          up_rows, H, stream);
@@ -551,23 +560,11 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   }
   linear("mlp_down", l, act_.get(), L.down_w, split ? nullptr : L.down_b, tmp_.get(), rows, H, I,
          stream);
-  if (sp_)
-    scatter_rows("mlp_reduce_scatter", l, tmp_.get(), L.down_b, rows, stream);
-  else if (split)
-    reduce_rows("mlp_all_reduce", l, tmp_.get(), L.down_b, rows, stream);
+  sum_partials("mlp_all_reduce", "mlp_reduce_scatter", L.down_b);
   if (l + 1 < layers_) {
-    {
-      // x += MLP output; h = the next layer's input norm of x.
-      const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
-      OpScope scope(observer_, "mlp_residual_norm", l, stream);
-      if (ln)
-        add_layer_norm(x_loc, h_loc, tmp_loc, next.in_norm_w, next.in_norm_b, nrows,
-                       static_cast<int>(H), eps, opts_.dtype, stream);
-      else
-        add_rms_norm(x_loc, h_loc, tmp_loc, next.in_norm_w, nrows, static_cast<int>(H), eps,
-                     opts_.dtype, stream);
-    }
-    if (sp_) gather_rows("mlp_all_gather", l, h_.get(), rows, stream);
+    // x += MLP output; h = the next layer's input norm of x.
+    const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
+    residual_norm("mlp_residual_norm", "mlp_all_gather", next.in_norm_w, next.in_norm_b);
   } else {
     OpScope scope(observer_, "residual", l, stream);
     residual_add(x_loc, tmp_loc, nrows * H, opts_.dtype, stream);

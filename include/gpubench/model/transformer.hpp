@@ -208,7 +208,7 @@ class Transformer {
                     cudaStream_t stream);
   void gather_rows(const char* op, int l, void* data, std::int64_t rows, cudaStream_t stream);
   // This rank's rows of a [rows, hidden] buffer (all of it without sequence parallelism).
-  unsigned char* local_rows(const DeviceBuffer& b, std::int64_t rows) const;
+  unsigned char* local_rows(DeviceBuffer& b, std::int64_t rows) const;
 
   ModelConfig model_;
   EngineOptions opts_;

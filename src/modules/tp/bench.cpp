@@ -78,6 +78,14 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
   const std::int64_t max_prompt = std::max(s.seq_lens.back(), s.contexts.back());
   const MeasureOptions step_mo = model::engine_step_options(ctx), comm_mo = collective_options(ctx);
   std::vector<Outcome> out;
+  auto new_outcome = [t](model::Phase phase, std::int64_t batch, std::int64_t len) {
+    Outcome o;
+    o.t = t;
+    o.phase = phase;
+    o.batch = batch;
+    o.length = len;
+    return o;
+  };
   RankGroup group(devs);
   group.run([&](Rank& self) {
     ncclUniqueId id{};
@@ -125,11 +133,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
                                        ? fmt::format("rank {} could not build its engine", first)
                                        : fmt::format("the engine could not be built: {}", why);
           auto skip = [&](model::Phase phase, std::int64_t len) {
-            Outcome o;
-            o.t = t;
-            o.phase = phase;
-            o.batch = batch;
-            o.length = len;
+            Outcome o = new_outcome(phase, batch, len);
             o.status = "skipped";
             o.note = note;
             out.push_back(o);
@@ -147,11 +151,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
       const int b = static_cast<int>(batch);
 
       auto point = [&](model::Phase phase, std::int64_t len) {
-        Outcome o;
-        o.t = t;
-        o.phase = phase;
-        o.batch = batch;
-        o.length = len;
+        Outcome o = new_outcome(phase, batch, len);
         const int n = static_cast<int>(len);
         const bool prefill = phase == model::Phase::Prefill;
         if (self.rank == 0)
