@@ -2,6 +2,8 @@
 // spelling of a field and its defaults live here, so the benchmarks see one shape description.
 #include "gpubench/model/presets.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -445,6 +447,21 @@ ModelConfig load_engine_model(const std::string& preset, const std::string& conf
     throw InputError(m.name + ": head_dim " + std::to_string(m.head_dim) +
                      " is not supported by the engine's attention kernels (64 or 128)");
   return m;
+}
+
+std::string engine_dtype(const std::string& text) {
+  const std::string t = trim(text);
+  if (t != "bf16" && t != "fp16")
+    throw InputError(
+        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", text));
+  return t;
+}
+
+int engine_layers(const ModelConfig& m, int requested) {
+  if (requested < 0 || requested > m.num_layers)
+    throw InputError(fmt::format("--layers: {} is outside 0..{} (0: all of {})", requested,
+                                 m.num_layers, m.name));
+  return requested > 0 ? requested : m.num_layers;
 }
 
 }  // namespace gpubench::model

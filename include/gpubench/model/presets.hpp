@@ -66,6 +66,14 @@ ModelConfig load_model_config(const std::string& path);
 // head_dim 64 or 128). InputError naming the option or the model.
 ModelConfig load_engine_model(const std::string& preset, const std::string& config_path);
 
+// The --dtype of those subcommands: "bf16" or "fp16" (trimmed), what the engine computes in;
+// InputError naming --dtype otherwise.
+std::string engine_dtype(const std::string& text);
+
+// The --layers of those subcommands: 0 (all of the model's) or 1..num_layers; the count to run.
+// InputError naming --layers otherwise.
+int engine_layers(const ModelConfig& m, int requested);
+
 // The shared normalizer: reads the HF spellings of each field (hidden_size | n_embd | d_model,
 // ...) and fills in each family's defaults. `name` names the model in errors and in the result.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& name);

@@ -25,15 +25,8 @@ std::vector<int> as_ints(const std::vector<std::int64_t>& v) {
 Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   Settings s;
   s.model = model::load_engine_model(o.model, o.model_config);
-  const std::string dt = trim(o.dtype);
-  if (dt != "bf16" && dt != "fp16")
-    throw InputError(
-        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", o.dtype));
-  s.dtype = dt;
-  if (o.layers < 0 || o.layers > s.model.num_layers)
-    throw InputError(fmt::format("--layers: {} is outside 0..{} ({})", o.layers, s.model.num_layers,
-                                 s.model.name));
-  s.layers = o.layers > 0 ? o.layers : s.model.num_layers;
+  s.dtype = model::engine_dtype(o.dtype);
+  s.layers = model::engine_layers(s.model, o.layers);
   if (o.batch < 1 || o.batch > kMaxMicrobatches)
     throw InputError(fmt::format("--batch: {} is outside 1..{}", o.batch, kMaxMicrobatches));
   s.batch = o.batch;

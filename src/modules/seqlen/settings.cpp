@@ -27,19 +27,8 @@ std::vector<std::int64_t> or_default(const std::string& text, const std::string&
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.model = model::load_engine_model(o.model, o.model_config);
-  const std::string dt = trim(o.dtype);
-  if (dt == "bf16") {
-    s.dtype = ActDtype::BF16;
-  } else if (dt == "fp16") {
-    s.dtype = ActDtype::F16;
-  } else {
-    throw InputError(
-        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", o.dtype));
-  }
-  if (o.layers < 0 || o.layers > s.model.num_layers)
-    throw InputError(fmt::format("--layers: {} is outside 0..{} (0: all of {})", o.layers,
-                                 s.model.num_layers, s.model.name));
-  s.layers = o.layers > 0 ? o.layers : s.model.num_layers;
+  s.dtype = model::engine_dtype(o.dtype) == "bf16" ? ActDtype::BF16 : ActDtype::F16;
+  s.layers = model::engine_layers(s.model, o.layers);
   s.seq_lens = or_default(o.seq_lens, "--seq-lens", kMaxTokens,
                           quick ? std::vector<std::int64_t>{512, 2048}
                                 : std::vector<std::int64_t>{128, 256, 512, 1024, 2048, 4096, 8192});

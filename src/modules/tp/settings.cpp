@@ -100,16 +100,9 @@ const char* to_string(MicroKind kind) {
 Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   Settings s;
   s.model = model::load_engine_model(o.model, o.model_config);
-  const std::string dt = trim(o.dtype);
-  if (dt != "bf16" && dt != "fp16")
-    throw InputError(
-        fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", o.dtype));
-  s.dtype = dt;
+  s.dtype = model::engine_dtype(o.dtype);
   s.elem_bytes = 2;
-  if (o.layers < 0 || o.layers > s.model.num_layers)
-    throw InputError(fmt::format("--layers: {} is outside 0..{} (0: all of {})", o.layers,
-                                 s.model.num_layers, s.model.name));
-  s.layers = o.layers > 0 ? o.layers : s.model.num_layers;
+  s.layers = model::engine_layers(s.model, o.layers);
   s.tp = resolve_degrees(o, s.model, visible_gpus, s.notes);
 
   s.seq_lens = or_default(o.seq_lens, "--seq-lens", kMaxTokens,
