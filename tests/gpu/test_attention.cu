@@ -22,6 +22,7 @@
 #include "attention_test_values.hpp"
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "half_bits.hpp"
 
 using namespace gpubench;
 
@@ -80,24 +81,12 @@ bool close(float got, double want) {
   return std::fabs(got - want) <= 0x1.0p-7 * std::fabs(want) + 2e-3;
 }
 
-std::uint16_t to_bits(float x, AttnDtype t) {
-  std::uint16_t r;
-  if (t == AttnDtype::BF16) {
-    const __nv_bfloat16 v = __float2bfloat16(x);
-    std::memcpy(&r, &v, 2);
-  } else {
-    const __half v = __float2half(x);
-    std::memcpy(&r, &v, 2);
-  }
-  return r;
-}
-
 // Overwrites `count` elements at `dst` with seeded normal values of deviation `sigma`.
 void fill_normal(void* dst, std::size_t count, AttnDtype t, float sigma, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, sigma);
   std::vector<std::uint16_t> h(count);
-  for (auto& x : h) x = to_bits(normal(rng), t);
+  for (auto& x : h) x = gpubench::testing::to_bits(t, normal(rng));
   GPB_CUDA_CHECK(cudaMemcpy(dst, h.data(), count * 2, cudaMemcpyHostToDevice));
 }
 

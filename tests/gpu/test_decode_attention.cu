@@ -168,17 +168,12 @@ TEST(DecodeAttention, CapturedInGraph) {
   DeviceBuffer ws(kGpu, decode_workspace_bytes(bufs.args, splits));
   GPB_CUDA_CHECK(cudaMemset(bufs.out.get(), 0xFF, bufs.out_elems * 2));
   Stream stream(kGpu);
-  cudaGraph_t graph = nullptr;
-  GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-  decode_attention(bufs.args, splits, ws.get(), stream.get());
-  GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-  cudaGraphExec_t exec = nullptr;
-  GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  CudaGraph graph;
+  graph.capture(stream.get(),
+                [&](cudaStream_t s) { decode_attention(bufs.args, splits, ws.get(), s); });
+  graph.launch(stream.get());
+  graph.launch(stream.get());
   stream.synchronize();
-  GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  GPB_CUDA_CHECK(cudaGraphDestroy(graph));
   const auto got = to_host(bufs.out.get(), bufs.out_elems);
   int wrong = 0;
   for (std::size_t i = 0; i < bufs.out_elems; ++i)

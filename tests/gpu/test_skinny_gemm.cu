@@ -20,36 +20,17 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "graph_timing.hpp"
+#include "half_bits.hpp"
 #include "skinny_gemm.cuh"
 
 using namespace gpubench;
 
 namespace {
 
+using gpubench::testing::from_bits;
+using gpubench::testing::to_bits;
+
 constexpr int kGpu = 0;
-
-std::uint16_t to_bits(SkinnyDtype d, float v) {
-  std::uint16_t bits;
-  if (d == SkinnyDtype::BF16) {
-    const __nv_bfloat16 b = __float2bfloat16(v);
-    std::memcpy(&bits, &b, 2);
-  } else {
-    const __half h = __float2half(v);
-    std::memcpy(&bits, &h, 2);
-  }
-  return bits;
-}
-
-float from_bits(SkinnyDtype d, std::uint16_t bits) {
-  if (d == SkinnyDtype::BF16) {
-    __nv_bfloat16 b;
-    std::memcpy(&b, &bits, 2);
-    return __bfloat162float(b);
-  }
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return __half2float(h);
-}
 
 // n values uniform in [-scale, scale], rounded to the storage type: bits and their values.
 struct HostArray {
@@ -167,18 +148,13 @@ TEST(SkinnyGemm, CapturedInGraph) {
     skinny_gemm(dx.get(), dw.get(), db.get(), direct.get(), rows, out, in, SkinnyDtype::BF16,
                 stream.get());
     GPB_CUDA_CHECK(cudaMemsetAsync(graphed.get(), 0xFF, rows * out * 2, stream.get()));
-    cudaGraph_t graph = nullptr;
-    GPB_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    skinny_gemm(dx.get(), dw.get(), db.get(), graphed.get(), rows, out, in, SkinnyDtype::BF16,
-                stream.get());
-    GPB_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    cudaGraphExec_t exec = nullptr;
-    GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-    GPB_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    CudaGraph graph;
+    graph.capture(stream.get(), [&](cudaStream_t s) {
+      skinny_gemm(dx.get(), dw.get(), db.get(), graphed.get(), rows, out, in, SkinnyDtype::BF16, s);
+    });
+    graph.launch(stream.get());
+    graph.launch(stream.get());
     stream.synchronize();
-    GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    GPB_CUDA_CHECK(cudaGraphDestroy(graph));
     std::vector<std::uint16_t> a(rows * out), b(rows * out);
     GPB_CUDA_CHECK(cudaMemcpy(a.data(), direct.get(), a.size() * 2, cudaMemcpyDeviceToHost));
     GPB_CUDA_CHECK(cudaMemcpy(b.data(), graphed.get(), b.size() * 2, cudaMemcpyDeviceToHost));

@@ -17,11 +17,15 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "half_bits.hpp"
 #include "transformer.cuh"
 
 using namespace gpubench;
 
 namespace {
+
+using gpubench::testing::from_bits;
+using gpubench::testing::to_bits;
 
 constexpr int kGpu = 0;
 constexpr ActDtype kDtypes[] = {ActDtype::BF16, ActDtype::F16};
@@ -31,30 +35,8 @@ const std::int64_t kTokens[] = {1, 7, 64};
 using Bits = std::vector<std::uint16_t>;  // a host copy of a bf16 / fp16 array
 
 // ---------------------------------------------------------------------------------------------
-// Storage-type rounding on the host, with the same conversions the kernels use.
-
-std::uint16_t to_bits(ActDtype d, float v) {
-  std::uint16_t bits;
-  if (d == ActDtype::BF16) {
-    const __nv_bfloat16 b = __float2bfloat16(v);
-    std::memcpy(&bits, &b, 2);
-  } else {
-    const __half h = __float2half(v);
-    std::memcpy(&bits, &h, 2);
-  }
-  return bits;
-}
-
-float from_bits(ActDtype d, std::uint16_t bits) {
-  if (d == ActDtype::BF16) {
-    __nv_bfloat16 b;
-    std::memcpy(&b, &bits, 2);
-    return __bfloat162float(b);
-  }
-  __half h;
-  std::memcpy(&h, &bits, 2);
-  return __half2float(h);
-}
+// Storage-type rounding on the host, with the same conversions the kernels use (to_bits and
+// from_bits: half_bits.hpp).
 
 std::vector<double> values(ActDtype d, const Bits& bits) {
   std::vector<double> v(bits.size());
