@@ -287,7 +287,9 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
       Stream s(kGpu);
       want = run_steps(one, s.get());
     }
-    for (const auto& [t, sp] : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
+    for (const auto& degree : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
+      const int t = degree.first;
+      const bool sp = degree.second;
       LocalGroup group(t);
       std::vector<Outputs> got(static_cast<std::size_t>(t));
       std::vector<std::string> errors(static_cast<std::size_t>(t));
@@ -331,7 +333,9 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
     Stream s(kGpu);
     want = run_steps(one, s.get());
   }
-  for (const auto& [t, sp] : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
+  for (const auto& degree : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
+    const int t = degree.first;
+    const bool sp = degree.second;
     if (t > n) continue;
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
