@@ -1,6 +1,6 @@
 #pragma once
 // Device helpers the engine's kernels share: bf16 / fp16 storage to and from fp32, 16-byte packs
-// of 8 values to floats, and the SiLU of the gated MLP.
+// of 8 values to floats, and the MLP's activations (SiLU of the gated MLP, GELU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -47,6 +47,16 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
 // SiLU(x) = x * sigmoid(x), the gate of SwiGLU.
 __device__ __forceinline__ float silu(float x) {
   return x / (1.0f + expf(-x));
+}
+
+// GELU: 0.5 x (1 + erf(x / sqrt 2)), and GPT-2's tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))).
+__device__ __forceinline__ float gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + tanhf(inner));
 }
 
 }  // namespace gpubench

@@ -16,13 +16,24 @@
 namespace gpubench {
 
 #if defined(__CUDACC__)
+// The two halves of pdl_start(), for a kernel that does work before waiting: what it reads
+// between them must not be written by any kernel that may still run on the stream.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // First statement of every kernel launched with launch_pdl(): nothing of the previous kernel's
 // output may be read before it.
 __device__ __forceinline__ void pdl_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  pdl_trigger();
+  pdl_wait();
 }
 #endif
 

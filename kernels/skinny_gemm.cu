@@ -30,8 +30,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gpubench/core/cuda.hpp"
 #include "device_common.cuh"
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "pdl.cuh"
 #include "skinny_gemm.cuh"
@@ -270,6 +270,167 @@ __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
   }
 }
 
+// The fused path's run-time choices (SkinnyFusion, resolved): the branches are uniform and cost
+// nothing next to the stream of W.
+struct VecFusion {
+  const void* norm_weight;  // kNorm
+  float eps;
+  SkinnyEpilogue epilogue;
+  bool weights_ready;
+};
+
+__device__ __forceinline__ float round_to(float v, __nv_bfloat16) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ float round_to(float v, __half) {
+  return __half2float(__float2half_rn(v));
+}
+
+// Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
+// two (16 warps, 64 KiB of W in flight per SM) ran a llama-2-7b decode step faster than three
+// at 80 registers, the unfused kernel's shape.
+constexpr int kFusedBlocksPerSm = 2;
+
+// The fused GEMV of a decode step with one row of X (SkinnyFusion): the CUDA-core kernel's
+// stream of W (warps over W rows, kVecPieces 16-byte pieces of a row per lane and step), with
+// RW = 2 for SwiGlu (the gate row g and the up row g + out/2 together) and
+// - kNorm, the RMSNorm prologue: the product of a W row with rms_norm(x) * nw is
+//   rstd * sum_k W[k] (x[k] nw[k]), rstd = 1 / sqrt(mean(x^2) + eps). Each warp reads all of x
+//   for its rows anyway, so it sums x^2 on the way and scales by rstd at the end: no normalized
+//   copy of x and no wait for one;
+// - the epilogue (residual add, activation, SwiGLU) on lane 0's sums;
+// - with weights_ready, each warp's first step of W loaded before the wait for the previous
+//   kernel (pdl.cuh), so that W streams while that kernel drains.
+template <class T, int RW, bool kNorm>
+__global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
+    fused_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                      T* __restrict__ y, std::int64_t out, std::int64_t in, VecFusion f) {
+  pdl_trigger();
+  constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
+  constexpr int kStep = 32 * 8 * KU;   // k per step
+  constexpr unsigned kFull = 0xffffffffu;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t pair = out / 2;  // SwiGlu (RW 2): gate row g, up row g + pair
+  const std::int64_t groups = RW == 2 ? pair : out;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kVecWarps;
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kVecWarps + threadIdx.x / 32;
+  // Every W load of a step at once (they are what HBM waits on); pieces past `in` are zeros.
+  auto load_step = [&](const T* const(&wr)[RW], std::int64_t k0, uint4(&wv)[RW][KU]) {
+#pragma unroll
+    for (int j = 0; j < KU; ++j) {
+      const bool ok = k0 + 256 * j + lane * 8 < in;
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+        wv[r][j] = ok ? load_weight(wr[r] + k0 + 256 * j) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto rows_of = [&](std::int64_t grp, const T*(&wr)[RW]) {
+#pragma unroll
+    for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
+  };
+  auto preload = [&](uint4(&wv)[RW][KU]) {
+    const T* wr[RW];
+    rows_of(first, wr);
+    load_step(wr, 0, wv);
+  };
+  uint4 first_step[RW][KU];
+  const bool any = first < groups;
+  if (f.weights_ready && any) preload(first_step);
+  pdl_wait();
+  if (!f.weights_ready && any) preload(first_step);
+  const T* xl = x + lane * 8;
+  const T* nwl = static_cast<const T*>(f.norm_weight) + lane * 8;
+
+  // One group of rows; the first step given in `pre` when kPre. Inlined twice (the first group,
+  // then the others) so that the loop's loads stay unconditional.
+  auto group = [&](std::int64_t grp, const uint4(&pre)[RW][KU], auto pre_tag) {
+    constexpr bool kPre = decltype(pre_tag)::value;
+    // The residual stream's value, read now rather than after the product.
+    const float res = f.epilogue == SkinnyEpilogue::Residual && lane == 0 ? to_float(y[grp]) : 0.0f;
+    float acc[RW] = {}, squares = 0;
+    auto multiply = [&](std::int64_t k0, const uint4(&wv)[RW][KU]) {
+#pragma unroll
+      for (int j = 0; j < KU; ++j) {
+        const bool ok = k0 + 256 * j + lane * 8 < in;
+        float xf[8], nf[8];
+        unpack8<T>(
+            ok ? __ldg(reinterpret_cast<const uint4*>(xl + k0 + 256 * j)) : make_uint4(0, 0, 0, 0),
+            xf);
+        if constexpr (kNorm) {
+          unpack8<T>(ok ? __ldg(reinterpret_cast<const uint4*>(nwl + k0 + 256 * j))
+                        : make_uint4(0, 0, 0, 0),
+                     nf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            squares = fmaf(xf[e], xf[e], squares);
+            xf[e] *= nf[e];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+          float wf[8];
+          unpack8<T>(wv[r][j], wf);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
+        }
+      }
+    };
+    const T* wr[RW];
+    rows_of(grp, wr);
+    std::int64_t k0 = 0;
+    if constexpr (kPre) {
+      multiply(0, pre);
+      k0 = kStep;
+    }
+    for (; k0 < in; k0 += kStep) {
+      uint4 wv[RW][KU];
+      load_step(wr, k0, wv);
+      multiply(k0, wv);
+    }
+    // Sum over the lanes; lane 0 writes, through the epilogue.
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r) acc[r] += __shfl_xor_sync(kFull, acc[r], off);
+      if constexpr (kNorm) squares += __shfl_xor_sync(kFull, squares, off);
+    }
+    if (lane != 0) return;
+    if constexpr (kNorm) {
+      const float rstd = rsqrtf(squares / static_cast<float>(in) + f.eps);
+#pragma unroll
+      for (int r = 0; r < RW; ++r) acc[r] *= rstd;
+    }
+    if constexpr (RW == 2) {  // SwiGlu
+      const float g = round_to(acc[0] + (bias ? to_float(bias[grp]) : 0.f), T{});
+      const float u = round_to(acc[1] + (bias ? to_float(bias[grp + pair]) : 0.f), T{});
+      y[grp] = from_float<T>(silu(g) * u);
+      return;
+    }
+    float v = acc[0] + (bias ? to_float(bias[grp]) : 0.f);
+    switch (f.epilogue) {
+      case SkinnyEpilogue::Residual:
+        v = res + round_to(v, T{});
+        break;
+      case SkinnyEpilogue::Relu:
+        v = fmaxf(round_to(v, T{}), 0.0f);
+        break;
+      case SkinnyEpilogue::Gelu:
+        v = gelu_erf(round_to(v, T{}));
+        break;
+      case SkinnyEpilogue::GeluTanh:
+        v = gelu_tanh(round_to(v, T{}));
+        break;
+      default:
+        break;
+    }
+    y[grp] = from_float<T>(v);
+  };
+  if (!any) return;
+  group(first, first_step, std::true_type{});
+  for (std::int64_t grp = first + warps; grp < groups; grp += warps)
+    group(grp, first_step, std::false_type{});
+}
+
 int sm_count() {
   int dev = 0, sms = 0;
   GPB_CUDA_CHECK(cudaGetDevice(&dev));
@@ -291,6 +452,31 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
              static_cast<T*>(y), out, in);
   GPB_CHECK_LAUNCH();
+}
+
+template <class T, int RW, bool kNorm>
+void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                         std::int64_t in, const VecFusion& f, cudaStream_t stream) {
+  const std::int64_t groups = RW == 2 ? out / 2 : out;
+  const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
+  const std::int64_t blocks =
+      std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
+  launch_pdl(fused_gemv_kernel<T, RW, kNorm>, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
+             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+             static_cast<T*>(y), out, in, f);
+  GPB_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_fused(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                  std::int64_t in, const VecFusion& f, cudaStream_t stream) {
+  const bool norm = f.norm_weight != nullptr;
+  if (f.epilogue == SkinnyEpilogue::SwiGlu) {
+    if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
+    return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, f, stream);
+  }
+  if (norm) return launch_fused_kernel<T, 1, true>(x, w, bias, y, out, in, f, stream);
+  launch_fused_kernel<T, 1, false>(x, w, bias, y, out, in, f, stream);
 }
 
 template <class T>
@@ -336,17 +522,37 @@ bool skinny_gemm_supported(int rows, std::int64_t in) {
   return rows >= 1 && rows <= skinny_gemm_max_rows() && in > 0 && in % 8 == 0;
 }
 
+bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
+                             const SkinnyFusion& fusion) {
+  if (!skinny_gemm_supported(rows, in) || rows > skinny_fusion_max_rows()) return false;
+  if (fusion.epilogue == SkinnyEpilogue::SwiGlu && out % 2 != 0) return false;
+  return fusion.prologue == SkinnyPrologue::None || fusion.norm_weight != nullptr;
+}
+
 void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int rows,
-                 std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream) {
+                 std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream,
+                 const SkinnyFusion& fusion) {
   if (!skinny_gemm_supported(rows, in) || out < 0)
     throw InputError("skinny_gemm: needs 1..8 rows and `in` a positive multiple of 8");
-  if (!aligned16(x) || !aligned16(w) || !aligned16(y))
-    throw InputError("skinny_gemm: x, w and y must be 16-byte aligned");
+  const bool norm = fusion.prologue == SkinnyPrologue::RmsNorm;
+  if ((norm || fusion.epilogue != SkinnyEpilogue::None) &&
+      !skinny_fusion_supported(rows, out, in, fusion))
+    throw InputError(
+        "skinny_gemm: fusions need one row, an even `out` for SwiGLU and the norm's weight");
+  if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (norm && !aligned16(fusion.norm_weight)))
+    throw InputError("skinny_gemm: x, w, y and the norm's weight must be 16-byte aligned");
   if (out == 0) return;
-  if (dtype == SkinnyDtype::BF16)
+  const bool fused = rows <= skinny_fusion_max_rows() &&
+                     (norm || fusion.epilogue != SkinnyEpilogue::None || fusion.weights_ready);
+  const VecFusion f{norm ? fusion.norm_weight : nullptr, fusion.eps, fusion.epilogue,
+                    fusion.weights_ready};
+  if (dtype == SkinnyDtype::BF16) {
+    if (fused) return launch_fused<__nv_bfloat16>(x, w, bias, y, out, in, f, stream);
     launch<__nv_bfloat16>(x, w, bias, y, rows, out, in, stream);
-  else
+  } else {
+    if (fused) return launch_fused<__half>(x, w, bias, y, out, in, f, stream);
     launch<__half>(x, w, bias, y, rows, out, in, stream);
+  }
 }
 
 }  // namespace gpubench

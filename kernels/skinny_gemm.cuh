@@ -23,12 +23,56 @@ constexpr int skinny_gemm_max_rows() {
   return 8;
 }
 
+// What a decode step of one sequence does around its GEMVs, done inside them instead of in
+// kernels of their own (one row of X: rows <= skinny_fusion_max_rows()).
+enum class SkinnyPrologue {
+  None,
+  // X := rms_norm(X) * norm_weight: computed as rstd * sum_k W[o,k] (x[k] nw[k]), the sum of
+  // x^2 taken on the way, so the normalized X is not rounded to the storage type before the
+  // product as the separate norm kernel's output is.
+  RmsNorm,
+};
+enum class SkinnyEpilogue {
+  None,      // Y = round(X W^T + bias)
+  Residual,  // Y = round(Y + round(X W^T + bias)): the residual add, Y being the residual stream
+  Relu,      // Y = round(act(round(X W^T + bias))), as the separate kernels round
+  Gelu,      // erf form
+  GeluTanh,  // GPT-2's tanh form
+  // W holds 2*I rows (the gate projection's I rows above the up projection's) and Y [1, I]:
+  // Y[g] = round(silu(round(gate_g)) * round(up_g)), gate_g and up_g with their biases.
+  SwiGlu,
+};
+struct SkinnyFusion {
+  SkinnyPrologue prologue = SkinnyPrologue::None;
+  const void* norm_weight = nullptr;  // [in], 16-byte aligned
+  float eps = 0.0f;
+  SkinnyEpilogue epilogue = SkinnyEpilogue::None;
+  // W is not written by any kernel that may still run on the stream, so a programmatic
+  // dependent launch may start reading W before the previous kernel has finished (X, the bias
+  // and the norm weight are read only after it). Leave false right after filling W on the
+  // stream. With one row of X it takes the fused kernel, which leaves room on each SM for the
+  // next kernel to do the same; more rows ignore it.
+  bool weights_ready = false;
+};
+
+// Most rows a fused call takes.
+constexpr int skinny_fusion_max_rows() {
+  return 1;
+}
+
 // Whether skinny_gemm takes this many rows and this inner dimension (pointers aside).
 bool skinny_gemm_supported(int rows, std::int64_t in);
 
-// Y = X W^T (+ bias) on `stream`. out == 0 launches nothing. InputError when the shape is not
-// supported or a pointer is misaligned.
+// Whether skinny_gemm takes `fusion`'s prologue and epilogue for this shape: rows <=
+// skinny_fusion_max_rows(), the norm's weight given for the RMSNorm prologue, an even `out` for
+// SwiGlu.
+bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
+                             const SkinnyFusion& fusion);
+
+// Y = X W^T (+ bias) on `stream`, with `fusion`'s prologue and epilogue. out == 0 launches
+// nothing. InputError when the shape or fusion is not supported or a pointer is misaligned.
 void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int rows,
-                 std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream);
+                 std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream,
+                 const SkinnyFusion& fusion = {});
 
 }  // namespace gpubench

@@ -34,15 +34,10 @@ __device__ __forceinline__ std::int64_t grid_threads() {
 // for the bulk, then the n % V tail one by one.
 
 struct GeluErf {
-  __device__ float operator()(float x, float) const {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-  }
+  __device__ float operator()(float x, float) const { return gelu_erf(x); }
 };
 struct GeluTanh {
-  __device__ float operator()(float x, float) const {
-    const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
-    return 0.5f * x * (1.0f + tanhf(inner));
-  }
+  __device__ float operator()(float x, float) const { return gelu_tanh(x); }
 };
 struct Relu {
   __device__ float operator()(float x, float) const { return fmaxf(x, 0.0f); }

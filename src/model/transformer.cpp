@@ -332,12 +332,14 @@ GemmAlgo Transformer::pick_algo(const GemmPlan& plan, const void* w, const void*
 
 void Transformer::linear(const char* op, int l, const void* x, const void* w, const void* bias,
                          void* y, std::int64_t rows, std::int64_t out, std::int64_t in,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const SkinnyFusion* fusion) {
   OpScope scope(observer_, op, l, stream);
-  if (rows <= skinny_gemm_max_rows() && skinny_gemm_supported(static_cast<int>(rows), in)) {
+  if (fusion != nullptr ||
+      (rows <= skinny_gemm_max_rows() && skinny_gemm_supported(static_cast<int>(rows), in))) {
     // Decode's few rows: a GEMV-like kernel that streams W at HBM speed, bias included.
     skinny_gemm(x, w, bias, y, static_cast<int>(rows), out, in,
-                opts_.dtype == ActDtype::BF16 ? SkinnyDtype::BF16 : SkinnyDtype::F16, stream);
+                opts_.dtype == ActDtype::BF16 ? SkinnyDtype::BF16 : SkinnyDtype::F16, stream,
+                fusion ? *fusion : SkinnyFusion{});
     return;
   }
   auto key = std::make_tuple(out, rows, in);
@@ -380,6 +382,37 @@ void Transformer::gather_rows(const char* op, int l, void* data, std::int64_t ro
   collectives_->all_gather(data, rows / opts_.tp_size * model_.hidden_size, opts_.dtype, stream);
 }
 
+SkinnyFusion Transformer::norm_fusion(const void* weight) const {
+  SkinnyFusion f;
+  f.prologue = SkinnyPrologue::RmsNorm;
+  f.norm_weight = weight;
+  f.eps = static_cast<float>(model_.norm_eps);
+  f.weights_ready = true;  // filled and synchronized when the engine was built
+  return f;
+}
+
+// The fused layer (layer_forward) as skinny_gemm checks it: the RMSNorm prologue on qkv and up
+// (and the LM head), the residual epilogue on out and down, the activation on up. LayerNorm
+// models keep their kernels.
+bool Transformer::fusable(std::int64_t rows) const {
+  if (!opts_.fuse_small_steps || opts_.tp_size > 1 || layers_ == 0 ||
+      rows > skinny_fusion_max_rows() || model_.norm != Norm::RMSNorm)
+    return false;
+  const ModelConfig& m = model_;
+  const Layer& L = *layer_.front();
+  const int r = static_cast<int>(rows);
+  SkinnyFusion residual;
+  residual.epilogue = SkinnyEpilogue::Residual;
+  SkinnyFusion up = norm_fusion(L.post_norm_w);
+  up.epilogue = m.gated_mlp ? SkinnyEpilogue::SwiGlu : SkinnyEpilogue::Relu;
+  return skinny_fusion_supported(r, shard_.q_dim + 2 * shard_.kv_dim, m.hidden_size,
+                                 norm_fusion(L.in_norm_w)) &&
+         skinny_fusion_supported(r, m.hidden_size, shard_.q_dim, residual) &&
+         skinny_fusion_supported(r, m.gated_mlp ? 2 * shard_.intermediate : shard_.intermediate,
+                                 m.hidden_size, up) &&
+         skinny_fusion_supported(r, m.hidden_size, shard_.intermediate, residual);
+}
+
 unsigned char* Transformer::local_rows(DeviceBuffer& b, std::int64_t rows) const {
   auto* p = b.as<unsigned char>();
   if (!sp_) return p;
@@ -408,6 +441,7 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
   const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
   const std::int64_t H = m.hidden_size;
   sp_ = opts_.sequence_parallel && opts_.tp_size > 1 && !decode;
+  fused_ = fusable(rows);
   if (sp_ && rows % opts_.tp_size != 0)
     throw InputError(
         fmt::format("engine: sequence parallelism needs batch x tokens ({}) divisible by tp {}",
@@ -424,6 +458,22 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
   for (int l = 0; l < layers_; ++l) layer_forward(l, batch, tokens, pos0, decode, stream);
   if (sp_) gather_rows("final_all_gather", -1, x_.get(), rows, stream);  // every row's stream
   if (!opts_.head) return;  // a pipeline stage before the last: its output is hidden()
+  if (fused_) {
+    // The final norm inside the LM head's GEMV, on the last position of each sequence (the
+    // residual stream itself when a step has one token per sequence).
+    const void* last = x_.get();
+    if (tokens > 1) {
+      OpScope scope(observer_, "final_norm", -1, stream);
+      GPB_CUDA_CHECK(cudaMemcpy2DAsync(
+          last_.get(), H * elem_, x_.as<unsigned char>() + (tokens - 1) * H * elem_,
+          tokens * H * elem_, H * elem_, batch, cudaMemcpyDeviceToDevice, stream));
+      last = last_.get();
+    }
+    const SkinnyFusion f = norm_fusion(final_norm_w_);
+    linear("lm_head", -1, last, lm_head_, nullptr, logits_.get(), batch, m.vocab_size, H, stream,
+           &f);
+    return;
+  }
   {
     OpScope scope(observer_, "final_norm", -1, stream);
     // The last position of each sequence, then the final norm in place.
@@ -460,9 +510,19 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   const float eps = static_cast<float>(m.norm_eps);
   const bool ln = m.norm == Norm::LayerNorm;
 
+  // A fused step (fused_) keeps no normalized copy h: each norm runs in the prologue of the GEMV
+  // that reads it, from the residual stream x, and the residual adds and the MLP's activation in
+  // the epilogues of the GEMVs before them.
+  SkinnyFusion residual;
+  residual.epilogue = SkinnyEpilogue::Residual;
+  residual.weights_ready = true;
+  if (fused_) {
+    const SkinnyFusion f = norm_fusion(L.in_norm_w);
+    linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream, &f);
+  }
   // From the second layer on, the previous layer's last residual add already left this layer's
   // input norm in h (one fused kernel).
-  if (l == 0) {
+  if (l == 0 && !fused_) {
     {
       OpScope scope(observer_, "input_norm", l, stream);
       if (ln)
@@ -473,7 +533,7 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     }
     if (sp_) gather_rows("input_all_gather", l, h_.get(), rows, stream);
   }
-  linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
+  if (!fused_) linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
   auto* qkv = qkv_.as<unsigned char>();
   if (m.qk_norm) {
     OpScope scope(observer_, "qk_norm", l, stream);
@@ -540,12 +600,25 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
     }
     if (sp_) gather_rows(gather_op, l, h_.get(), rows, stream);
   };
+  const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
+  if (fused_) {
+    // x += out(attention); act = activation(up(post-attention norm of x)); x += down(act).
+    linear("attn_out", l, attn_.get(), L.out_w, L.out_b, x_.get(), rows, H, Q, stream, &residual);
+    SkinnyFusion up = norm_fusion(L.post_norm_w);
+    up.epilogue = m.gated_mlp                            ? SkinnyEpilogue::SwiGlu
+                  : m.activation == Activation::Relu     ? SkinnyEpilogue::Relu
+                  : m.activation == Activation::GeluTanh ? SkinnyEpilogue::GeluTanh
+                                                         : SkinnyEpilogue::Gelu;
+    linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, L.up_b, act_.get(), rows,
+           up_rows, H, stream, &up);
+    linear("mlp_down", l, act_.get(), L.down_w, L.down_b, x_.get(), rows, H, I, stream, &residual);
+    return;
+  }
   linear("attn_out", l, attn_.get(), L.out_w, split ? nullptr : L.out_b, tmp_.get(), rows, H, Q,
          stream);
   sum_partials("attn_all_reduce", "attn_reduce_scatter", L.out_b);
   // x += attention output; h = post-attention norm of x.
   residual_norm("residual_norm", "attn_all_gather", L.post_norm_w, L.post_norm_b);
-  const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, h_.get(), L.up_w, L.up_b, mlp_.get(), rows,
          up_rows, H, stream);
   {

@@ -3,8 +3,9 @@
 // a warp and 3..4 with two; 5..8 the tensor-core path), bf16 and fp16, odd `out` (a partial
 // last tile or W row pair), `in` of 8 and not a multiple of either path's step, with and
 // without bias, more outputs than the persistent grid has warps; a run captured in a CUDA graph;
-// the argument checks. A last test prints the weight-streaming bandwidth of a 7B model's decode
-// GEMMs (no bound asserted: it is for the record).
+// the argument checks; the fused norm prologues and epilogues (SkinnyFusion) against the host
+// with the roundings of the separate kernels. A last test prints the weight-streaming bandwidth
+// of a 7B model's decode GEMMs (no bound asserted: it is for the record).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -96,7 +97,213 @@ int wrong_outputs(const Problem& p, std::uint64_t seed) {
   return wrong;
 }
 
+// Fusions (one row): the RMSNorm prologue and an epilogue, against the host: the norm and the
+// product in fp64 (the kernel does not round the normalized X), the epilogue with the storage
+// type's roundings. The tolerance is wrong_outputs' for the product and its epilogue inputs,
+// scaled by the epilogue's slope.
+struct FusedProblem {
+  SkinnyDtype dtype;
+  int rows;
+  std::int64_t out, in;
+  bool bias;
+  SkinnyPrologue prologue;
+  SkinnyEpilogue epilogue;
+  bool weights_ready;
+};
+
+double silu_host(double v) {
+  return v / (1.0 + std::exp(-v));
+}
+
+int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::size_t xn = static_cast<std::size_t>(p.rows) * p.in;
+  const HostArray x(p.dtype, xn, 1.0f, rng);
+  const HostArray w(p.dtype, static_cast<std::size_t>(p.out) * p.in,
+                    1.0f / std::sqrt(static_cast<float>(p.in)), rng);
+  const HostArray bias(p.dtype, static_cast<std::size_t>(p.out), 0.5f, rng);
+  HostArray nw(p.dtype, static_cast<std::size_t>(p.in), 0.5f, rng);
+  for (std::size_t i = 0; i < nw.bits.size(); ++i) {  // weights in [0.5, 1.5]
+    nw.bits[i] = to_bits(p.dtype, static_cast<float>(nw.values[i] + 1.0));
+    nw.values[i] = from_bits(p.dtype, nw.bits[i]);
+  }
+  const bool swiglu = p.epilogue == SkinnyEpilogue::SwiGlu;
+  const std::int64_t width = swiglu ? p.out / 2 : p.out;
+  const std::size_t yn = static_cast<std::size_t>(p.rows) * width;
+  const HostArray y0(p.dtype, yn, 2.0f, rng);  // the residual stream, for Residual
+
+  // X as the product sees it.
+  std::vector<double> h = x.values;
+  if (p.prologue == SkinnyPrologue::RmsNorm)
+    for (int r = 0; r < p.rows; ++r) {
+      double* row = &h[static_cast<std::size_t>(r) * p.in];
+      double squares = 0;
+      for (std::int64_t k = 0; k < p.in; ++k) squares += row[k] * row[k];
+      const double rstd = 1.0 / std::sqrt(squares / static_cast<double>(p.in) + 1e-5);
+      for (std::int64_t k = 0; k < p.in; ++k) row[k] *= rstd * nw.values[k];
+    }
+
+  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits),
+               dnw = upload(nw.bits), dy = upload(y0.bits);
+  if (p.epilogue != SkinnyEpilogue::Residual)
+    GPB_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, yn * 2));  // NaN where nothing is written
+  SkinnyFusion f;
+  f.prologue = p.prologue;
+  f.norm_weight = dnw.get();
+  f.eps = 1e-5f;
+  f.epilogue = p.epilogue;
+  f.weights_ready = p.weights_ready;
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  Stream stream(kGpu);  // a real stream: programmatic dependent launch applies
+  skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
+              p.dtype, stream.get(), f);
+  stream.synchronize();
+  std::vector<std::uint16_t> y(yn);
+  GPB_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), yn * 2, cudaMemcpyDeviceToHost));
+
+  const double rel = p.dtype == SkinnyDtype::BF16 ? 0x1.0p-7 : 0x1.0p-9;
+  auto round_host = [&](double v) { return from_bits(p.dtype, to_bits(p.dtype, float(v))); };
+  // Output o of row r before the epilogue, and the tolerance of its product.
+  auto product = [&](int r, std::int64_t o, double* tol) {
+    const double* hr = &h[static_cast<std::size_t>(r) * p.in];
+    const double* wr = &w.values[static_cast<std::size_t>(o) * p.in];
+    double ref = p.bias ? bias.values[o] : 0.0, mag = 0;
+    for (std::int64_t k = 0; k < p.in; ++k) {
+      ref += hr[k] * wr[k];
+      mag += std::fabs(hr[k] * wr[k]);
+    }
+    *tol = rel * std::fabs(ref) + 1e-4 * mag + 1e-6;
+    return ref;
+  };
+  int wrong = 0;
+  for (int r = 0; r < p.rows; ++r)
+    for (std::int64_t o = 0; o < width; ++o) {
+      double tol = 0, want = 0;
+      const double v = product(r, o, &tol);
+      switch (p.epilogue) {
+        case SkinnyEpilogue::None:
+          want = v;
+          break;
+        case SkinnyEpilogue::Residual: {
+          const double y_in = y0.values[static_cast<std::size_t>(r) * width + o];
+          want = y_in + v;
+          tol += rel * (std::fabs(y_in) + std::fabs(v));
+          break;
+        }
+        case SkinnyEpilogue::Relu:
+          want = std::max(v, 0.0);
+          tol += rel * std::fabs(v);
+          break;
+        case SkinnyEpilogue::Gelu:
+          want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+          tol = 1.2 * tol + rel * std::fabs(v);
+          break;
+        case SkinnyEpilogue::GeluTanh:
+          want = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+          tol = 1.2 * tol + rel * std::fabs(v);
+          break;
+        case SkinnyEpilogue::SwiGlu: {
+          double tol_up = 0;
+          const double g = round_host(v), u = round_host(product(r, o + width, &tol_up));
+          want = silu_host(g) * u;
+          tol = 1.2 * (tol + rel * std::fabs(g)) * std::fabs(u) +
+                (tol_up + rel * std::fabs(u)) * std::fabs(silu_host(g)) + rel * std::fabs(want);
+          break;
+        }
+      }
+      const double got = from_bits(p.dtype, y[static_cast<std::size_t>(r) * width + o]);
+      const bool ok = std::fabs(got - want) <= tol + 1e-6;
+      if (!ok && wrong < 5)
+        ADD_FAILURE() << "row " << r << " out " << o << ": got " << got << " want " << want
+                      << " (tolerance " << tol << ")";
+      wrong += !ok;
+    }
+  return wrong;
+}
+
+const char* name_of(SkinnyPrologue p) {
+  return p == SkinnyPrologue::None ? "none" : "rms";
+}
+const char* name_of(SkinnyEpilogue e) {
+  switch (e) {
+    case SkinnyEpilogue::None:
+      return "none";
+    case SkinnyEpilogue::Residual:
+      return "residual";
+    case SkinnyEpilogue::Relu:
+      return "relu";
+    case SkinnyEpilogue::Gelu:
+      return "gelu";
+    case SkinnyEpilogue::GeluTanh:
+      return "gelu_tanh";
+    case SkinnyEpilogue::SwiGlu:
+      return "swiglu";
+  }
+  return "?";
+}
+
 }  // namespace
+
+// Every prologue with every epilogue (none and none: the fused kernel with weights_ready only),
+// bf16 and fp16, with and without bias and weights_ready; shapes with an `in` off the steps, a
+// 7B model's width, and more W rows (or gate/up pairs) than the grid has warps.
+TEST(SkinnyGemm, FusionsMatchHostReference) {
+  DeviceGuard guard(kGpu);
+  struct Shape {
+    std::int64_t out, in;
+  };
+  const Shape shapes[] = {{998, 264}, {37, 1032}, {4096, 4096}, {8002, 520}};
+  const SkinnyPrologue prologues[] = {SkinnyPrologue::None, SkinnyPrologue::RmsNorm};
+  const SkinnyEpilogue epilogues[] = {SkinnyEpilogue::None,     SkinnyEpilogue::Residual,
+                                      SkinnyEpilogue::Relu,     SkinnyEpilogue::Gelu,
+                                      SkinnyEpilogue::GeluTanh, SkinnyEpilogue::SwiGlu};
+  std::uint64_t seed = 100;
+  int cases = 0;
+  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
+    for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
+      for (const Shape& s : shapes)
+        for (SkinnyPrologue pro : prologues)
+          for (SkinnyEpilogue epi : epilogues) {
+            const std::int64_t out =
+                epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
+            // Bias and weights_ready alternate so that every combination meets both.
+            ++seed;
+            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0};
+            EXPECT_EQ(wrong_fused(p, seed), 0)
+                << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << out
+                << " in " << s.in << " prologue " << name_of(pro) << " epilogue " << name_of(epi)
+                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "");
+            ++cases;
+          }
+  EXPECT_EQ(cases, 2 * 1 * 4 * 2 * 6);
+}
+
+TEST(SkinnyGemm, FusionArguments) {
+  alignas(16) static std::uint16_t buf[64];
+  SkinnyFusion norm;
+  norm.prologue = SkinnyPrologue::RmsNorm;
+  norm.norm_weight = buf;
+  SkinnyFusion swiglu;
+  swiglu.epilogue = SkinnyEpilogue::SwiGlu;
+  EXPECT_TRUE(skinny_fusion_supported(1, 8, 4096, norm));
+  EXPECT_TRUE(skinny_fusion_supported(1, 8, 65536, norm));
+  EXPECT_FALSE(skinny_fusion_supported(2, 8, 64, norm));  // one row of X only
+  EXPECT_FALSE(skinny_fusion_supported(1, 8, 12, norm));  // `in` not a multiple of 8
+  EXPECT_TRUE(skinny_fusion_supported(1, 8, 64, swiglu));
+  EXPECT_FALSE(skinny_fusion_supported(1, 7, 64, swiglu));  // gate and up halves
+  SkinnyFusion no_weight = norm;
+  no_weight.norm_weight = nullptr;
+  EXPECT_FALSE(skinny_fusion_supported(1, 8, 64, no_weight));
+  // Refused before anything is launched (host pointers are never touched).
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 2, 8, 8, SkinnyDtype::BF16, nullptr, swiglu),
+               InputError);
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 7, 8, SkinnyDtype::BF16, nullptr, swiglu),
+               InputError);
+  SkinnyFusion misaligned = norm;
+  misaligned.norm_weight = buf + 1;
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 8, 8, SkinnyDtype::BF16, nullptr, misaligned),
+               InputError);
+}
 
 TEST(SkinnyGemm, MatchesHostReference) {
   DeviceGuard guard(kGpu);

@@ -1,6 +1,6 @@
 // The transformer engine on a GPU: decode after prefill equals the prefill of the longer prompt
-// at its last position (the KV cache, positions and both attention paths agree), and every
-// preset builds and runs one layer with finite logits.
+// at its last position (the KV cache, positions and both attention paths agree), fused decode
+// steps equal unfused ones, and every preset builds and runs one layer with finite logits.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
@@ -74,6 +76,63 @@ TEST(Transformer, DecodeAfterPrefillEqualsLongerPrefill) {
     for (std::size_t i = 0; i < want.size(); ++i)
       wrong += !(std::fabs(got[i] - want[i]) <= 0.03f * scale);
     EXPECT_EQ(wrong, 0) << m.name << ": logits of decode vs prefill (max |logit| " << scale << ")";
+  }
+}
+
+// The operations a step ran, by name.
+struct OpNames : OpObserver {
+  std::set<std::string> seen;
+  void begin(const char* op, int, cudaStream_t) override { seen.insert(op); }
+  void end(const char*, int, cudaStream_t) override {}
+};
+
+// Decode steps of one sequence of an RMSNorm model fold the norms, residual adds and the
+// activation into the skinny GEMVs (EngineOptions::fuse_small_steps): their logits must be the
+// unfused engine's, step after step (the residual stream and the KV cache carry over), and the
+// separate norm and activation kernels must be gone. Llama shapes, Qwen2.5 (qkv bias, tied
+// embeddings) and Qwen3 (per-head q/k norm).
+TEST(Transformer, FusedDecodeEqualsUnfused) {
+  DeviceGuard guard(kGpu);
+  for (const ModelConfig& m :
+       {tiny_llama(), load_preset("qwen2.5-1.5b"), load_preset("qwen3-8b")}) {
+    const int batch = 1;
+    EngineOptions o;
+    o.max_batch = batch;
+    o.max_tokens = 24;
+    o.max_context = 32;
+    o.layers = 2;
+    EngineOptions plain = o;
+    plain.fuse_small_steps = false;
+    Transformer fused(m, o, kGpu), unfused(m, plain, kGpu);
+    Stream s(kGpu);
+    const int n = 20;
+    for (Transformer* t : {&fused, &unfused})
+      t->prefill(t->tokens(batch, n, 9, s.get()), batch, n, s.get());
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> got[2];
+      OpNames ops[2];
+      for (int i = 0; i < 2; ++i) {
+        Transformer* t = i == 0 ? &fused : &unfused;
+        t->set_observer(&ops[i]);
+        t->decode(t->tokens(batch, 1, 20 + step, s.get()), batch, n + step, s.get());
+        t->set_observer(nullptr);
+        got[i] = logits_of(*t, batch, m.vocab_size);
+      }
+      const std::string where =
+          m.name + " batch " + std::to_string(batch) + " step " + std::to_string(step);
+      for (const char* op : {"residual_norm", "mlp_residual_norm", "mlp_act", "final_norm"}) {
+        EXPECT_EQ(ops[0].seen.count(op), 0u) << where << ": fused step ran " << op;
+        EXPECT_EQ(ops[1].seen.count(op), 1u) << where << ": unfused step without " << op;
+      }
+      float scale = 0;
+      for (float v : got[1]) scale = std::max(scale, std::fabs(v));
+      ASSERT_GT(scale, 0.0f) << where;
+      int wrong = 0;
+      for (std::size_t k = 0; k < got[1].size(); ++k)
+        wrong += !(std::fabs(got[0][k] - got[1][k]) <= 0.02f * scale);
+      EXPECT_EQ(wrong, 0) << where << ": fused vs unfused decode logits (max |logit| " << scale
+                          << ")";
+    }
   }
 }
 

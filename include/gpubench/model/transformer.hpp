@@ -22,6 +22,7 @@
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
+#include "skinny_gemm.cuh"
 #include "transformer.cuh"
 
 namespace gpubench::model {
@@ -85,6 +86,11 @@ struct EngineOptions {
   int first_layer = 0;
   bool embed = true;
   bool head = true;
+  // Steps of at most skinny_fusion_max_rows() rows (decode at small batch) of an RMSNorm model
+  // that tensor parallelism does not split: the norms, the residual adds and the MLP's
+  // activation run inside the skinny GEMVs next to them (kernels/skinny_gemm.cuh, SkinnyFusion)
+  // instead of as kernels of their own. false: one kernel per operation (for comparisons).
+  bool fuse_small_steps = true;
 };
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
@@ -179,9 +185,15 @@ class Transformer {
   void forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
                cudaStream_t stream);
   void layer_forward(int l, int batch, int tokens, int pos0, bool decode, cudaStream_t stream);
-  // Y[rows, out] = X[rows, in] W^T (+ bias).
+  // Y[rows, out] = X[rows, in] W^T (+ bias), with `fusion`'s prologue and epilogue (the skinny
+  // path only: fused_ steps).
   void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
-              std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream);
+              std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream,
+              const SkinnyFusion* fusion = nullptr);
+  // A skinny GEMV's RMSNorm prologue with this norm weight (the model's eps).
+  SkinnyFusion norm_fusion(const void* weight) const;
+  // Whether a step of `rows` rows runs fused (EngineOptions::fuse_small_steps).
+  bool fusable(std::int64_t rows) const;
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
@@ -219,7 +231,8 @@ class Transformer {
   OpObserver* observer_ = nullptr;
   TpCollectives* collectives_ = nullptr;
   ShardShape shard_;
-  bool sp_ = false;  // this step splits rows (sequence parallelism)
+  bool sp_ = false;     // this step splits rows (sequence parallelism)
+  bool fused_ = false;  // this step folds norms, residual adds and activations into its GEMVs
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
   // (N, M, K) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.

@@ -96,6 +96,7 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
   eo.max_tokens = static_cast<int>(length);
   eo.max_context = static_cast<int>(context);
   eo.attention = s.attention;
+  eo.fuse_small_steps = s.fuse;
   DeviceGuard guard(gpu);
   // What the engine will allocate, exactly (model::engine_memory), checked against the free memory
   // before anything is allocated.

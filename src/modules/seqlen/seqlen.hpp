@@ -33,6 +33,7 @@ struct Options {
   bool force_length = false;   // allow lengths past the model's max_position_embeddings
   bool profile_layer = false;  // per-op breakdown of one layer in detail
   std::string attention = "auto";  // prefill attention: auto (cuDNN where it runs), cudnn, own
+  bool unfused = false;  // decode: one kernel per norm, residual add and activation
 };
 
 struct Settings {
@@ -42,6 +43,7 @@ struct Settings {
   ActDtype dtype = ActDtype::BF16;
   bool force_length = false, profile_layer = false;
   model::AttentionPath attention = model::AttentionPath::Auto;
+  bool fuse = true;  // EngineOptions::fuse_small_steps
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };

@@ -63,6 +63,9 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
                    "Prefill attention: auto (cuDNN fused attention where it runs, else "
                    "gpubench's kernel), cudnn or own")
         ->capture_default_str();
+    app.add_flag("--unfused", opts_.unfused,
+                 "Batch-1 decode: run each norm, residual add and activation as a kernel of its "
+                 "own instead of inside the GEMVs (for comparison)");
   }
 
   Report run(Context& ctx) override {

@@ -41,6 +41,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.force_length = o.force_length;
   s.profile_layer = o.profile_layer;
   s.attention = model::parse_attention_path(trim(o.attention));
+  s.fuse = !o.unfused;
   // The longest context a point reaches: its prompt plus the tokens it generates. A learned
   // position table has no rows past max_positions; RoPE computes any position, so only lengths
   // asked for explicitly past the model's context need --force-length, and the default sweep
@@ -85,7 +86,7 @@ nlohmann::ordered_json Settings::to_json() const {
           {"seq_lens", seq_lens},         {"batch_sizes", batch_sizes},
           {"output_lens", output_lens},   {"dtype", to_string(dtype)},
           {"force_length", force_length}, {"profile_layer", profile_layer},
-          {"attention", model::to_string(attention)}};
+          {"attention", model::to_string(attention)}, {"fused_decode", fuse}};
 }
 
 model::ModelConfig model_as_run(const Settings& s) {
