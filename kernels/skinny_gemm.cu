@@ -191,6 +191,21 @@ __device__ __forceinline__ uint4 load_weight(const void* p) {
   return r;
 }
 
+// One step of the CUDA-core kernels' stream of W: KU 16-byte pieces of each of RW rows (wr:
+// the rows, already offset to the lane's first element), the lane's pieces at k0 + 256j + 8 lane,
+// all issued at once. Pieces past `in` (whole pieces: `in` % 8 == 0) are zeros.
+template <class T, int RW, int KU>
+__device__ __forceinline__ void load_w_step(const T* const (&wr)[RW], std::int64_t k0,
+                                            std::int64_t in, int lane, uint4 (&wv)[RW][KU]) {
+#pragma unroll
+  for (int j = 0; j < KU; ++j) {
+    const bool ok = k0 + 256 * j + lane * 8 < in;
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+      wv[r][j] = ok ? load_weight(wr[r] + k0 + 256 * j) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // CUDA-core path. ROWS: rows of X (1..4); RW: W rows a warp takes at once (1 or 2). Grid: at
 // most kVecBlocksPerSm blocks per SM; warp `gw` of the grid takes W row groups gw, gw + warps,
 // ... Lane L reads elements k0 + 256j + 8L of its rows (j < KU), so each load instruction of the
@@ -221,15 +236,9 @@ __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
 
     for (std::int64_t k0 = 0; k0 < in; k0 += kStep) {
       // Every W load of the step first (they are what HBM waits on), then X (an L1 hit) and the
-      // FMAs piece by piece. Pieces past `in` (whole 16-byte pieces: `in` % 8 == 0) are zeros.
+      // FMAs piece by piece.
       uint4 wv[RW][KU];
-#pragma unroll
-      for (int j = 0; j < KU; ++j) {
-        const bool ok = k0 + 256 * j + lane * 8 < in;
-#pragma unroll
-        for (int r = 0; r < RW; ++r)
-          wv[r][j] = ok ? load_weight(wr[r] + k0 + 256 * j) : make_uint4(0, 0, 0, 0);
-      }
+      load_w_step<T, RW, KU>(wr, k0, in, lane, wv);
 #pragma unroll
       for (int j = 0; j < KU; ++j) {
         const bool ok = k0 + 256 * j + lane * 8 < in;
@@ -314,15 +323,8 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   const std::int64_t groups = RW == 2 ? pair : out;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kVecWarps;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kVecWarps + threadIdx.x / 32;
-  // Every W load of a step at once (they are what HBM waits on); pieces past `in` are zeros.
   auto load_step = [&](const T* const(&wr)[RW], std::int64_t k0, uint4(&wv)[RW][KU]) {
-#pragma unroll
-    for (int j = 0; j < KU; ++j) {
-      const bool ok = k0 + 256 * j + lane * 8 < in;
-#pragma unroll
-      for (int r = 0; r < RW; ++r)
-        wv[r][j] = ok ? load_weight(wr[r] + k0 + 256 * j) : make_uint4(0, 0, 0, 0);
-    }
+    load_w_step<T, RW, KU>(wr, k0, in, lane, wv);
   };
   auto rows_of = [&](std::int64_t grp, const T*(&wr)[RW]) {
 #pragma unroll
