@@ -20,7 +20,7 @@ Modes:
   allreduce      NCCL collectives: busbw sweeps, verified (like nccl-tests)
   matmul         GEMM TFLOP/s and MFU per data type and size, verified
   sequence       LLM prefill/decode latency against sequence length and batch
-  tp             tensor-parallel inference              (not available yet)
+  tp             tensor-parallel inference: speed-up and all-reduce cost (2+ GPUs)
   pp             pipeline-parallel inference            (not available yet)
 
 Options after the mode go to gpubench unchanged, e.g.
@@ -50,8 +50,8 @@ not_yet=0
 case "$mode" in
   quick) command_args=(all --config config/quick.ini) ;;
   comprehensive) command_args=(all --config config/default.ini) ;;
-  env | bandwidth | allreduce | matmul | seqlen) command_args=("$mode") ;;
-  tp | pp) command_args=("$mode") not_yet=1 ;;
+  env | bandwidth | allreduce | matmul | seqlen | tp) command_args=("$mode") ;;
+  pp) command_args=("$mode") not_yet=1 ;;
   sequence) command_args=(seqlen) ;;
   help) usage && exit 0 ;;
   *)

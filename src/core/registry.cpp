@@ -17,6 +17,7 @@ ModulePtr make_bandwidth_module();
 ModulePtr make_allreduce_module();
 ModulePtr make_matmul_module();
 ModulePtr make_seqlen_module();
+ModulePtr make_tp_module();
 
 namespace {
 
@@ -47,8 +48,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_allreduce_module());
   m.push_back(make_matmul_module());
   m.push_back(make_seqlen_module());
-  m.push_back(std::make_unique<PlannedModule>(
-      "tp", "Tensor-parallel transformer: speed-up, efficiency, communication"));
+  m.push_back(make_tp_module());
   m.push_back(std::make_unique<PlannedModule>(
       "pp", "Pipeline-parallel transformer: bubbles, schedules, layouts"));
   return m;

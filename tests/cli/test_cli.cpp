@@ -115,7 +115,16 @@ TEST(Cli, NegativeIters) {
   expect_bad_input(run("bandwidth --iters -3"), "iters");
 }
 TEST(Cli, PlannedModuleSaysNotAvailable) {
-  expect_bad_input(run("tp"), "not available yet");
+  expect_bad_input(run("pp"), "not available yet");
+}
+
+TEST(Cli, TpBadInput) {
+  expect_bad_input(run("tp --tp 3"), "--tp: 3 does not divide llama-2-7b's 32 attention heads");
+  expect_bad_input(run("tp --tp 0"), "--tp: 0 must be at least 1");
+  expect_bad_input(run("tp --model no-such-model"), "no-such-model");
+  expect_bad_input(run("tp --micro diagonal"), "--micro");
+  expect_bad_input(run("tp --seq-lens 0"), "--seq-lens");
+  expect_bad_input(run("tp --dtype fp8"), "--dtype");
 }
 
 TEST(Cli, SeqlenBadInput) {

@@ -10,6 +10,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/result.hpp"
+#include "gpubench/core/units.hpp"
 #include "tp.hpp"
 
 namespace gpubench {
@@ -75,6 +76,14 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     report.module = name();
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
+    // The default degrees on one GPU leave TP=1 alone: nothing to compare, so the run (`all`
+    // included) says so instead. An explicit --tp 1 still runs.
+    if (trim(opts_.tp).empty() && s.tp == std::vector<int>{1}) {
+      report.status = "skipped";
+      report.error = fmt::format(
+          "tensor parallelism needs 2 or more GPUs ({} visible; --tp 1 runs TP=1 alone)", visible);
+      return report;
+    }
     // TP=1 first: it is the reference every other degree is checked and compared against.
     std::vector<int> degrees = s.tp;
     if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end()) {
