@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
@@ -68,6 +69,17 @@ class TpModule final : public ResolvingModule<Options, Settings> {
         ->capture_default_str();
   }
 
+  // The default degrees on one GPU leave TP=1 alone, with nothing to compare: skipped (`all`
+  // included) with the reason. An explicit --tp 1 still runs.
+  std::optional<std::string> unsupported(const System& system,
+                                         const std::vector<int>& gpus) const override {
+    if (auto why = Module::unsupported(system, gpus)) return why;
+    if (gpus.size() < 2 && trim(opts_.tp).empty())
+      return fmt::format("tensor parallelism needs 2 or more GPUs (got {}; --tp 1 runs TP=1 alone)",
+                         gpus.size());
+    return std::nullopt;
+  }
+
   Report run(Context& ctx) override {
     const int visible = static_cast<int>(ctx.gpus().size());
     const Settings s = resolve_settings(opts_, ctx.quick(), visible);
@@ -76,14 +88,6 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     report.module = name();
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
-    // The default degrees on one GPU leave TP=1 alone: nothing to compare, so the run (`all`
-    // included) says so instead. An explicit --tp 1 still runs.
-    if (trim(opts_.tp).empty() && s.tp == std::vector<int>{1}) {
-      report.status = "skipped";
-      report.error = fmt::format(
-          "tensor parallelism needs 2 or more GPUs ({} visible; --tp 1 runs TP=1 alone)", visible);
-      return report;
-    }
     // TP=1 first: it is the reference every other degree is checked and compared against.
     std::vector<int> degrees = s.tp;
     if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end()) {
