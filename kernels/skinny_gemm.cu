@@ -23,6 +23,9 @@
 // X row g at the same slots, so mapping those slots to 4 consecutive k of the lane (the same map
 // in every lane) keeps A and B consistent; the sum over k does not care about the order. Rows
 // past `rows` multiply zeros. The warps' partial sums meet in shared memory.
+//
+// One row with a SkinnyFusion (fused_gemv_kernel): the CUDA-core stream with an RMSNorm prologue
+// and a residual / activation / SwiGLU epilogue, the kernels of a batch-1 decode step.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
