@@ -282,22 +282,6 @@ __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
   }
 }
 
-// The fused path's run-time choices (SkinnyFusion, resolved): the branches are uniform and cost
-// nothing next to the stream of W.
-struct VecFusion {
-  const void* norm_weight;  // kNorm
-  float eps;
-  SkinnyEpilogue epilogue;
-  bool weights_ready;
-};
-
-__device__ __forceinline__ float round_to(float v, __nv_bfloat16) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
-__device__ __forceinline__ float round_to(float v, __half) {
-  return __half2float(__float2half_rn(v));
-}
-
 // Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
 // two (16 warps, 64 KiB of W in flight per SM) ran a llama-2-7b decode step faster than three
 // at 80 registers, the unfused kernel's shape.
@@ -316,7 +300,7 @@ constexpr int kFusedBlocksPerSm = 2;
 template <class T, int RW, bool kNorm>
 __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     fused_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                      T* __restrict__ y, std::int64_t out, std::int64_t in, VecFusion f) {
+                      T* __restrict__ y, std::int64_t out, std::int64_t in, SkinnyFusion f) {
   pdl_trigger();
   constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
   constexpr int kStep = 32 * 8 * KU;   // k per step
@@ -406,24 +390,24 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       for (int r = 0; r < RW; ++r) acc[r] *= rstd;
     }
     if constexpr (RW == 2) {  // SwiGlu
-      const float g = round_to(acc[0] + (bias ? to_float(bias[grp]) : 0.f), T{});
-      const float u = round_to(acc[1] + (bias ? to_float(bias[grp + pair]) : 0.f), T{});
+      const float g = to_float(from_float<T>(acc[0] + (bias ? to_float(bias[grp]) : 0.f)));
+      const float u = to_float(from_float<T>(acc[1] + (bias ? to_float(bias[grp + pair]) : 0.f)));
       y[grp] = from_float<T>(silu(g) * u);
       return;
     }
     float v = acc[0] + (bias ? to_float(bias[grp]) : 0.f);
     switch (f.epilogue) {
       case SkinnyEpilogue::Residual:
-        v = res + round_to(v, T{});
+        v = res + to_float(from_float<T>(v));
         break;
       case SkinnyEpilogue::Relu:
-        v = fmaxf(round_to(v, T{}), 0.0f);
+        v = fmaxf(to_float(from_float<T>(v)), 0.0f);
         break;
       case SkinnyEpilogue::Gelu:
-        v = gelu_erf(round_to(v, T{}));
+        v = gelu_erf(to_float(from_float<T>(v)));
         break;
       case SkinnyEpilogue::GeluTanh:
-        v = gelu_tanh(round_to(v, T{}));
+        v = gelu_tanh(to_float(from_float<T>(v)));
         break;
       default:
         break;
@@ -461,7 +445,7 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
 
 template <class T, int RW, bool kNorm>
 void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                         std::int64_t in, const VecFusion& f, cudaStream_t stream) {
+                         std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
   const std::int64_t groups = RW == 2 ? out / 2 : out;
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   const std::int64_t blocks =
@@ -474,8 +458,8 @@ void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y
 
 template <class T>
 void launch_fused(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                  std::int64_t in, const VecFusion& f, cudaStream_t stream) {
-  const bool norm = f.norm_weight != nullptr;
+                  std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
+  const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
   if (f.epilogue == SkinnyEpilogue::SwiGlu) {
     if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
     return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, f, stream);
@@ -549,13 +533,11 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
   if (out == 0) return;
   const bool fused = rows <= skinny_fusion_max_rows() &&
                      (norm || fusion.epilogue != SkinnyEpilogue::None || fusion.weights_ready);
-  const VecFusion f{norm ? fusion.norm_weight : nullptr, fusion.eps, fusion.epilogue,
-                    fusion.weights_ready};
   if (dtype == SkinnyDtype::BF16) {
-    if (fused) return launch_fused<__nv_bfloat16>(x, w, bias, y, out, in, f, stream);
+    if (fused) return launch_fused<__nv_bfloat16>(x, w, bias, y, out, in, fusion, stream);
     launch<__nv_bfloat16>(x, w, bias, y, rows, out, in, stream);
   } else {
-    if (fused) return launch_fused<__half>(x, w, bias, y, out, in, f, stream);
+    if (fused) return launch_fused<__half>(x, w, bias, y, out, in, fusion, stream);
     launch<__half>(x, w, bias, y, rows, out, in, stream);
   }
 }

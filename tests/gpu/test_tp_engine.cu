@@ -127,51 +127,52 @@ class LocalCollectives : public TpCollectives {
  public:
   LocalCollectives(LocalGroup& g, int rank) : g_(g), rank_(rank) {}
   void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override {
-    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
-    g_.bufs[static_cast<std::size_t>(rank_)] = data;
-    g_.barrier();
-    if (rank_ == 0) {
+    exchange(data, stream, [&] {
+      if (rank_ != 0) return;
       for (int r = 1; r < g_.n; ++r) residual_add(data, g_.bufs[r], elems, dtype, stream);
       for (int r = 1; r < g_.n; ++r)
         GPB_CUDA_CHECK(cudaMemcpyAsync(g_.bufs[r], data, static_cast<std::size_t>(elems) * 2,
                                        cudaMemcpyDeviceToDevice, stream));
-      GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
-    g_.barrier();
+    });
   }
   // Rank 0 sums every rank's buffer into its own and hands chunk r to rank r.
   void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
                       cudaStream_t stream) override {
-    GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
-    g_.bufs[static_cast<std::size_t>(rank_)] = data;
-    g_.barrier();
-    if (rank_ == 0) {
+    exchange(data, stream, [&] {
+      if (rank_ != 0) return;
       for (int r = 1; r < g_.n; ++r) residual_add(data, g_.bufs[r], chunk * g_.n, dtype, stream);
       for (int r = 1; r < g_.n; ++r)
         GPB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(g_.bufs[r]) + r * chunk * 2,
                                        static_cast<char*>(data) + r * chunk * 2,
                                        static_cast<std::size_t>(chunk) * 2,
                                        cudaMemcpyDeviceToDevice, stream));
-      GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
-    g_.barrier();
+    });
   }
   // Every rank copies its chunk into the same chunk of every other rank.
   void all_gather(void* data, std::int64_t chunk, ActDtype, cudaStream_t stream) override {
+    exchange(data, stream, [&] {
+      for (int r = 0; r < g_.n; ++r)
+        if (r != rank_)
+          GPB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(g_.bufs[r]) + rank_ * chunk * 2,
+                                         static_cast<char*>(data) + rank_ * chunk * 2,
+                                         static_cast<std::size_t>(chunk) * 2,
+                                         cudaMemcpyDeviceToDevice, stream));
+    });
+  }
+
+ private:
+  // Every rank's stream drained and its buffer published, then `move` (the copies and sums, on
+  // this rank's stream), drained again before any rank goes on.
+  template <class F>
+  void exchange(void* data, cudaStream_t stream, F&& move) {
     GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
     g_.bufs[static_cast<std::size_t>(rank_)] = data;
     g_.barrier();
-    for (int r = 0; r < g_.n; ++r)
-      if (r != rank_)
-        GPB_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(g_.bufs[r]) + rank_ * chunk * 2,
-                                       static_cast<char*>(data) + rank_ * chunk * 2,
-                                       static_cast<std::size_t>(chunk) * 2,
-                                       cudaMemcpyDeviceToDevice, stream));
+    move();
     GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
     g_.barrier();
   }
 
- private:
   LocalGroup& g_;
   int rank_;
 };
