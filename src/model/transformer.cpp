@@ -391,6 +391,23 @@ SkinnyFusion Transformer::norm_fusion(const void* weight) const {
   return f;
 }
 
+SkinnyFusion Transformer::residual_fusion() const {
+  SkinnyFusion f;
+  f.epilogue = SkinnyEpilogue::Residual;
+  f.weights_ready = true;
+  return f;
+}
+
+SkinnyFusion Transformer::up_fusion(const void* post_norm_weight) const {
+  const ModelConfig& m = model_;
+  SkinnyFusion f = norm_fusion(post_norm_weight);
+  f.epilogue = m.gated_mlp                            ? SkinnyEpilogue::SwiGlu
+               : m.activation == Activation::Relu     ? SkinnyEpilogue::Relu
+               : m.activation == Activation::GeluTanh ? SkinnyEpilogue::GeluTanh
+                                                      : SkinnyEpilogue::Gelu;
+  return f;
+}
+
 // The fused layer (layer_forward) as skinny_gemm checks it: the RMSNorm prologue on qkv and up
 // (and the LM head), the residual epilogue on out and down, the activation on up. LayerNorm
 // models keep their kernels.
@@ -401,16 +418,12 @@ bool Transformer::fusable(std::int64_t rows) const {
   const ModelConfig& m = model_;
   const Layer& L = *layer_.front();
   const int r = static_cast<int>(rows);
-  SkinnyFusion residual;
-  residual.epilogue = SkinnyEpilogue::Residual;
-  SkinnyFusion up = norm_fusion(L.post_norm_w);
-  up.epilogue = m.gated_mlp ? SkinnyEpilogue::SwiGlu : SkinnyEpilogue::Relu;
   return skinny_fusion_supported(r, shard_.q_dim + 2 * shard_.kv_dim, m.hidden_size,
                                  norm_fusion(L.in_norm_w)) &&
-         skinny_fusion_supported(r, m.hidden_size, shard_.q_dim, residual) &&
+         skinny_fusion_supported(r, m.hidden_size, shard_.q_dim, residual_fusion()) &&
          skinny_fusion_supported(r, m.gated_mlp ? 2 * shard_.intermediate : shard_.intermediate,
-                                 m.hidden_size, up) &&
-         skinny_fusion_supported(r, m.hidden_size, shard_.intermediate, residual);
+                                 m.hidden_size, up_fusion(L.post_norm_w)) &&
+         skinny_fusion_supported(r, m.hidden_size, shard_.intermediate, residual_fusion());
 }
 
 unsigned char* Transformer::local_rows(DeviceBuffer& b, std::int64_t rows) const {
@@ -513,9 +526,6 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   // A fused step (fused_) keeps no normalized copy h: each norm runs in the prologue of the GEMV
   // that reads it, from the residual stream x, and the residual adds and the MLP's activation in
   // the epilogues of the GEMVs before them.
-  SkinnyFusion residual;
-  residual.epilogue = SkinnyEpilogue::Residual;
-  residual.weights_ready = true;
   if (fused_) {
     const SkinnyFusion f = norm_fusion(L.in_norm_w);
     linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream, &f);
@@ -603,12 +613,8 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
   const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
   if (fused_) {
     // x += out(attention); act = activation(up(post-attention norm of x)); x += down(act).
+    const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
     linear("attn_out", l, attn_.get(), L.out_w, L.out_b, x_.get(), rows, H, Q, stream, &residual);
-    SkinnyFusion up = norm_fusion(L.post_norm_w);
-    up.epilogue = m.gated_mlp                            ? SkinnyEpilogue::SwiGlu
-                  : m.activation == Activation::Relu     ? SkinnyEpilogue::Relu
-                  : m.activation == Activation::GeluTanh ? SkinnyEpilogue::GeluTanh
-                                                         : SkinnyEpilogue::Gelu;
     linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, L.up_b, act_.get(), rows,
            up_rows, H, stream, &up);
     linear("mlp_down", l, act_.get(), L.down_w, L.down_b, x_.get(), rows, H, I, stream, &residual);

@@ -190,8 +190,11 @@ class Transformer {
   void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
               std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream,
               const SkinnyFusion* fusion = nullptr);
-  // A skinny GEMV's RMSNorm prologue with this norm weight (the model's eps).
+  // A skinny GEMV's RMSNorm prologue with this norm weight (the model's eps); the residual add
+  // as its epilogue; the MLP's up GEMV: the post-attention norm and the model's activation.
   SkinnyFusion norm_fusion(const void* weight) const;
+  SkinnyFusion residual_fusion() const;
+  SkinnyFusion up_fusion(const void* post_norm_weight) const;
   // Whether a step of `rows` rows runs fused (EngineOptions::fuse_small_steps).
   bool fusable(std::int64_t rows) const;
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
