@@ -104,6 +104,11 @@ void add_bias(void* inout, const void* bias, std::int64_t rows, int cols, ActDty
               cudaStream_t stream);
 // inout[i] += in[i] over n elements.
 void residual_add(void* inout, const void* in, std::int64_t n, ActDtype dtype, cudaStream_t stream);
+// inout[i] += sum over k < count of slots[k * slot_stride + i], i < n, added in fp32 in order of
+// k and rounded once (the local step of a reduce-scatter whose peers' parts were copied into
+// `slots`).
+void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride,
+               std::int64_t n, ActDtype dtype, cudaStream_t stream);
 
 // out[t, :] = table[token_ids[t], :] (+ position_table[positions[t], :] when position_table is
 // not null: learned positions, OPT and GPT-2). token_ids and positions are int32 device arrays

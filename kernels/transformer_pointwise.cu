@@ -84,6 +84,29 @@ void launch_map(void* out, const void* a, const void* b, std::int64_t n, Op op, 
   GPB_CHECK_LAUNCH();
 }
 
+// inout[i] += slots[k * stride + i] for k < count, V elements per access for the bulk.
+template <class T, int V>
+__global__ void sum_slots_kernel(T* inout, const T* slots, int count, std::int64_t stride,
+                                 std::int64_t n) {
+  pdl_start();
+  const std::int64_t vecs = n / V;
+  for (std::int64_t i = thread_index(); i < vecs; i += grid_threads()) {
+    float x[V], y[V];
+    load<V>(inout + i * V, x);
+    for (int k = 0; k < count; ++k) {
+      load<V>(slots + k * stride + i * V, y);
+#pragma unroll
+      for (int e = 0; e < V; ++e) x[e] += y[e];
+    }
+    store<V>(inout + i * V, x);
+  }
+  for (std::int64_t i = vecs * V + thread_index(); i < n; i += grid_threads()) {
+    float x = to_float(inout[i]);
+    for (int k = 0; k < count; ++k) x += to_float(slots[k * stride + i]);
+    inout[i] = from_float<T>(x);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Row-structured element-wise kernels: V elements per access when rows are multiples of V.
 
@@ -371,6 +394,25 @@ void relu(void* out, const void* in, std::int64_t n, ActDtype dtype, cudaStream_
 void residual_add(void* inout, const void* in, std::int64_t n, ActDtype dtype,
                   cudaStream_t stream) {
   launch_map(inout, inout, in, n, Add{}, dtype, stream);
+}
+
+void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride,
+               std::int64_t n, ActDtype dtype, cudaStream_t stream) {
+  if (n <= 0 || count <= 0) return;
+  const bool vec = aligned16(inout) && aligned16(slots) && slot_stride % kVec == 0;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto x = static_cast<T*>(inout);
+    auto s = static_cast<const T*>(slots);
+    if (vec) {
+      launch_pdl(sum_slots_kernel<T, kVec>, grid_for(n / kVec + 1), kThreads, 0, stream, x, s,
+                 count, slot_stride, n);
+    } else {
+      launch_pdl(sum_slots_kernel<T, 1>, grid_for(n), kThreads, 0, stream, x, s, count,
+                 slot_stride, n);
+    }
+  });
+  GPB_CHECK_LAUNCH();
 }
 
 void add_bias(void* inout, const void* bias, std::int64_t rows, int cols, ActDtype dtype,

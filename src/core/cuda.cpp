@@ -105,9 +105,12 @@ void* PinnedBuffer::device_ptr() const {
   return d;
 }
 
-Stream::Stream(int device) : device_(device) {
+Stream::Stream(int device, bool high_priority) : device_(device) {
   DeviceGuard guard(device);
-  GPB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  int least = 0, greatest = 0;
+  if (high_priority) GPB_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  GPB_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                              high_priority ? greatest : least));
 }
 
 Stream::~Stream() {

@@ -175,8 +175,19 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   if (opts_.first_layer < 0 || opts_.first_layer >= m.num_layers)
     throw InputError(fmt::format("engine: first layer {} is outside 0..{} ({})", opts_.first_layer,
                                  m.num_layers - 1, m.name));
+  if (opts_.overlap_chunks < 1 || opts_.overlap_chunks > kMaxOverlapChunks)
+    throw InputError(fmt::format("engine: overlap chunks {} outside 1..{}", opts_.overlap_chunks,
+                                 kMaxOverlapChunks));
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
   attention_ = std::make_unique<AttentionRunner>(device_, opts_.attention);
+  if (opts_.tp_size > 1 && opts_.overlap_chunks > 1) {
+    comm_ = Stream(device_, true);
+    for (int c = 0; c < opts_.overlap_chunks; ++c) {
+      computed_.emplace_back(device_, false);
+      attn_summed_.emplace_back(device_, false);
+      mlp_summed_.emplace_back(device_, false);
+    }
+  }
   Stream setup(device_);
   cudaStream_t s = setup.get();
   // Full dimensions (weight scales, fills) and this rank's (allocations).
@@ -426,10 +437,50 @@ bool Transformer::fusable(std::int64_t rows) const {
          skinny_fusion_supported(r, m.hidden_size, shard_.intermediate, residual_fusion());
 }
 
-unsigned char* Transformer::local_rows(DeviceBuffer& b, std::int64_t rows) const {
-  auto* p = b.as<unsigned char>();
-  if (!sp_) return p;
-  return p + opts_.tp_rank * (rows / opts_.tp_size) * model_.hidden_size * elem_;
+unsigned char* Transformer::row_ptr(const DeviceBuffer& b, const Rows& r,
+                                    std::int64_t cols) const {
+  return b.as<unsigned char>() + r.row0 * cols * static_cast<std::int64_t>(elem_);
+}
+
+unsigned char* Transformer::local_rows(const DeviceBuffer& b, const Rows& r) const {
+  // With sequence parallelism a step is one chunk (row0 0) split into tp_size row blocks.
+  const std::int64_t first = r.row0 + (sp_ ? opts_.tp_rank * (r.rows / opts_.tp_size) : 0);
+  return b.as<unsigned char>() + first * model_.hidden_size * static_cast<std::int64_t>(elem_);
+}
+
+unsigned char* Transformer::cache_ptr(void* cache, const Rows& r) const {
+  return static_cast<unsigned char*>(cache) +
+         static_cast<std::int64_t>(r.seq0) * opts_.max_context * shard_.kv_dim *
+             static_cast<std::int64_t>(elem_);
+}
+
+void Transformer::set_overlap_chunks(int chunks) {
+  const int built = static_cast<int>(computed_.size());
+  if (chunks < 1 || (chunks > 1 && chunks > built))
+    throw InputError(fmt::format("engine: {} overlap chunks, built for at most {}", chunks,
+                                 std::max(built, 1)));
+  opts_.overlap_chunks = chunks;
+}
+
+std::vector<Transformer::Rows> Transformer::step_chunks(int batch, int tokens, int pos0,
+                                                        bool decode) const {
+  const int c = opts_.overlap_chunks;
+  const Rows whole{0, static_cast<std::int64_t>(batch) * tokens, 0, batch, tokens, pos0};
+  if (decode || sp_ || opts_.tp_size < 2 || c < 2) return {whole};
+  std::vector<Rows> out;
+  if (batch % c == 0) {  // whole sequences: no chunk attends to another's keys
+    const int per = batch / c;
+    for (int i = 0; i < c; ++i)
+      out.push_back({static_cast<std::int64_t>(i) * per * tokens,
+                     static_cast<std::int64_t>(per) * tokens, i * per, per, tokens, pos0});
+  } else if (batch == 1 && tokens % c == 0) {  // prompt slices, later ones over earlier keys
+    const int per = tokens / c;
+    for (int i = 0; i < c; ++i)
+      out.push_back({static_cast<std::int64_t>(i) * per, per, 0, 1, per, pos0 + i * per});
+  } else {
+    out.push_back(whole);
+  }
+  return out;
 }
 
 void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream) {
@@ -468,7 +519,12 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
       embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
                        positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
   }
-  for (int l = 0; l < layers_; ++l) layer_forward(l, batch, tokens, pos0, decode, stream);
+  const std::vector<Rows> chunks = step_chunks(batch, tokens, pos0, decode);
+  last_chunks_ = static_cast<int>(chunks.size());
+  if (chunks.size() > 1)
+    overlapped_layers(chunks, stream);
+  else
+    for (int l = 0; l < layers_; ++l) layer_forward(l, chunks.front(), decode, stream);
   if (sp_) gather_rows("final_all_gather", -1, x_.get(), rows, stream);  // every row's stream
   if (!opts_.head) return;  // a pipeline stage before the last: its output is hidden()
   if (fused_) {
@@ -504,82 +560,142 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
          stream);
 }
 
-void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool decode,
-                                cudaStream_t stream) {
+void Transformer::layer_forward(int l, const Rows& r, bool decode, cudaStream_t stream) {
+  if (fused_) {
+    fused_layer(l, r, decode, stream);
+    return;
+  }
+  const Layer& L = *layer_[static_cast<std::size_t>(l)];
+  attention_part(l, r, decode, stream);
+  sum_partials("attn_all_reduce", "attn_reduce_scatter", l, r, L.out_b, stream);
+  mlp_part(l, r, stream);
+  sum_partials("mlp_all_reduce", "mlp_reduce_scatter", l, r, L.down_b, stream);
+  layer_end(l, r, stream);
+}
+
+void Transformer::overlapped_layers(const std::vector<Rows>& chunks, cudaStream_t stream) {
+  cudaStream_t comm = comm_.get();
+  // Chunk c's partial sum goes to comm_ once `stream` has computed it; the sum's event tells
+  // the chunk's next part on `stream` that it may go on. comm_ joins a captured step through
+  // the first of these waits, and `stream` waits for its last sums before the step ends.
+  auto hand_over = [&](std::size_t c, const char* op, int l, const void* bias, const Event& done) {
+    computed_[c].record(stream);
+    GPB_CUDA_CHECK(cudaStreamWaitEvent(comm, computed_[c].get(), 0));
+    sum_partials(op, op, l, chunks[c], bias, comm);
+    done.record(comm);
+  };
+  auto wait = [&](const Event& e) { GPB_CUDA_CHECK(cudaStreamWaitEvent(stream, e.get(), 0)); };
+  for (int l = 0; l < layers_; ++l) {
+    const Layer& L = *layer_[static_cast<std::size_t>(l)];
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      if (l > 0) {
+        wait(mlp_summed_[c]);
+        layer_end(l - 1, chunks[c], stream);
+      }
+      attention_part(l, chunks[c], false, stream);
+      hand_over(c, "attn_all_reduce", l, L.out_b, attn_summed_[c]);
+    }
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      wait(attn_summed_[c]);
+      mlp_part(l, chunks[c], stream);
+      hand_over(c, "mlp_all_reduce", l, L.down_b, mlp_summed_[c]);
+    }
+  }
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    wait(mlp_summed_[c]);
+    layer_end(layers_ - 1, chunks[c], stream);
+  }
+}
+
+void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t stream) {
+  // No normalized copy h: each norm runs in the prologue of the GEMV that reads it, from the
+  // residual stream x, and the residual adds and the MLP's activation in the epilogues of the
+  // GEMVs before them: x += out(attention); act = activation(up(post-attention norm of x));
+  // x += down(act).
   const ModelConfig& m = model_;
   const Layer& L = *layer_[static_cast<std::size_t>(l)];
-  const std::int64_t rows = static_cast<std::int64_t>(batch) * tokens;
-  // This rank's widths (at tp_size 1 the model's): heads, KV heads and MLP columns are sharded.
-  const std::int64_t H = m.hidden_size, Q = shard_.q_dim, KV = shard_.kv_dim,
-                     I = shard_.intermediate;
-  const int heads = shard_.heads, kv_heads = shard_.kv_heads;
-  const bool split = opts_.tp_size > 1;
-  // Sequence parallelism: the residual stream x and the norms' outputs h on this rank's rows.
-  const std::int64_t nrows = sp_ ? rows / opts_.tp_size : rows;
-  unsigned char* const x_loc = local_rows(x_, rows);
-  unsigned char* const h_loc = local_rows(h_, rows);
-  unsigned char* const tmp_loc = local_rows(tmp_, rows);
-  const std::int64_t W = Q + 2 * KV;  // qkv row width
-  const float eps = static_cast<float>(m.norm_eps);
-  const bool ln = m.norm == Norm::LayerNorm;
+  const std::int64_t H = m.hidden_size, Q = shard_.q_dim, I = shard_.intermediate;
+  const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
+  const SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
+  linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), r.rows, W, H, stream, &in_norm);
+  // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).
+  attention_part(l, r, decode, stream);
+  const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
+  linear("attn_out", l, attn_.get(), L.out_w, L.out_b, x_.get(), r.rows, H, Q, stream, &residual);
+  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, L.up_b, act_.get(), r.rows,
+         up_rows, H, stream, &up);
+  linear("mlp_down", l, act_.get(), L.down_w, L.down_b, x_.get(), r.rows, H, I, stream,
+         &residual);
+}
 
-  // A fused step (fused_) keeps no normalized copy h: each norm runs in the prologue of the GEMV
-  // that reads it, from the residual stream x, and the residual adds and the MLP's activation in
-  // the epilogues of the GEMVs before them.
-  if (fused_) {
-    const SkinnyFusion f = norm_fusion(L.in_norm_w);
-    linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream, &f);
-  }
-  // From the second layer on, the previous layer's last residual add already left this layer's
-  // input norm in h (one fused kernel).
-  if (l == 0 && !fused_) {
-    {
-      OpScope scope(observer_, "input_norm", l, stream);
-      if (ln)
-        layer_norm(h_loc, x_loc, L.in_norm_w, L.in_norm_b, nrows, static_cast<int>(H), eps,
-                   opts_.dtype, stream);
-      else
-        rms_norm(h_loc, x_loc, L.in_norm_w, nrows, static_cast<int>(H), eps, opts_.dtype, stream);
+void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t stream) {
+  const ModelConfig& m = model_;
+  const Layer& L = *layer_[static_cast<std::size_t>(l)];
+  // This rank's widths (at tp_size 1 the model's): heads, KV heads and MLP columns are sharded.
+  const std::int64_t H = m.hidden_size, Q = shard_.q_dim, KV = shard_.kv_dim;
+  const std::int64_t W = Q + 2 * KV;  // qkv row width
+  const int heads = shard_.heads, kv_heads = shard_.kv_heads;
+  const float eps = static_cast<float>(m.norm_eps);
+  unsigned char* const qkv = row_ptr(qkv_, r, W);
+  // A fused step has run its qkv GEMV (the input norm inside) already.
+  if (!fused_) {
+    // From the second layer on, the previous layer's last residual add already left this
+    // layer's input norm in h (one fused kernel).
+    if (l == 0) {
+      {
+        // Sequence parallelism: the residual stream x and the norms' outputs h on this rank's
+        // rows.
+        const std::int64_t nrows = sp_ ? r.rows / opts_.tp_size : r.rows;
+        OpScope scope(observer_, "input_norm", l, stream);
+        if (m.norm == Norm::LayerNorm)
+          layer_norm(local_rows(h_, r), local_rows(x_, r), L.in_norm_w, L.in_norm_b, nrows,
+                     static_cast<int>(H), eps, opts_.dtype, stream);
+        else
+          rms_norm(local_rows(h_, r), local_rows(x_, r), L.in_norm_w, nrows, static_cast<int>(H),
+                   eps, opts_.dtype, stream);
+      }
+      if (sp_) gather_rows("input_all_gather", l, h_.get(), r.rows, stream);
     }
-    if (sp_) gather_rows("input_all_gather", l, h_.get(), rows, stream);
+    linear("qkv", l, row_ptr(h_, r, H), L.qkv_w, L.qkv_b, qkv, r.rows, W, H, stream);
   }
-  if (!fused_) linear("qkv", l, h_.get(), L.qkv_w, L.qkv_b, qkv_.get(), rows, W, H, stream);
-  auto* qkv = qkv_.as<unsigned char>();
   if (m.qk_norm) {
     OpScope scope(observer_, "qk_norm", l, stream);
-    rms_norm_heads(qkv, L.q_norm_w, rows, heads, m.head_dim, W, eps, opts_.dtype, stream);
-    rms_norm_heads(qkv + Q * elem_, L.k_norm_w, rows, kv_heads, m.head_dim, W, eps, opts_.dtype,
+    rms_norm_heads(qkv, L.q_norm_w, r.rows, heads, m.head_dim, W, eps, opts_.dtype, stream);
+    rms_norm_heads(qkv + Q * elem_, L.k_norm_w, r.rows, kv_heads, m.head_dim, W, eps, opts_.dtype,
                    stream);
   }
+  unsigned char* const k_cache = cache_ptr(L.k_cache, r);
+  unsigned char* const v_cache = cache_ptr(L.v_cache, r);
   {
     // RoPE on q and k, k and v into the caches: one kernel.
     const bool rotary = m.positions == Positions::Rope;
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
-    qkv_to_cache(qkv, rows, tokens, heads, kv_heads, m.head_dim, W, positions_.as<std::int32_t>(),
-                 rotary, static_cast<float>(m.rope_theta), L.k_cache, L.v_cache, opts_.max_context,
+    qkv_to_cache(qkv, r.rows, r.tokens, heads, kv_heads, m.head_dim, W,
+                 positions_.as<std::int32_t>() + r.row0, rotary,
+                 static_cast<float>(m.rope_theta), k_cache, v_cache, opts_.max_context,
                  opts_.dtype, stream);
   }
   {
     OpScope scope(observer_, "attention", l, stream);
     AttentionArgs a;
     a.q = qkv;
-    a.k = L.k_cache;
-    a.v = L.v_cache;
-    a.out = attn_.get();
+    a.k = k_cache;
+    a.v = v_cache;
+    a.out = row_ptr(attn_, r, Q);
     a.dtype = attn_dtype(opts_.dtype);
-    a.batch = batch;
-    a.q_tokens = tokens;
+    a.batch = r.batch;
+    a.q_tokens = r.tokens;
     a.heads = heads;
     a.kv_heads = kv_heads;
     a.head_dim = m.head_dim;
-    a.q_pos0 = pos0;
+    a.q_pos0 = r.pos0;
     a.max_context = opts_.max_context;
     a.q_stride = W;
     a.kv_stride = KV;
     if (decode) {
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
-      if (l == 0) {  // every layer has the same shapes
+      if (l == 0) {  // every layer has the same shapes (each chunk its own)
         attention_path_ = attention_->prepare(a);
         attention_note_ = attention_->note();
         if (attention_path_.empty()) throw InputError("--attention cudnn: " + attention_note_);
@@ -587,66 +703,74 @@ void Transformer::layer_forward(int l, int batch, int tokens, int pos0, bool dec
       attention_->run(a, stream);
     }
   }
-  // Row-parallel: each rank's partial sum; the bias is added once, after the sum (an all-reduce,
-  // or with sequence parallelism a reduce-scatter onto this rank's rows).
-  auto sum_partials = [&](const char* all_reduce_op, const char* reduce_scatter_op,
-                          const void* bias) {
-    if (sp_)
-      scatter_rows(reduce_scatter_op, l, tmp_.get(), bias, rows, stream);
-    else if (split)
-      reduce_rows(all_reduce_op, l, tmp_.get(), bias, rows, stream);
-  };
-  // x += tmp; h = the norm (w, b) of x, on this rank's rows, then gathered to every row with
-  // sequence parallelism.
-  auto residual_norm = [&](const char* op, const char* gather_op, const void* w, const void* b) {
-    {
-      OpScope scope(observer_, op, l, stream);
-      if (ln)
-        add_layer_norm(x_loc, h_loc, tmp_loc, w, b, nrows, static_cast<int>(H), eps, opts_.dtype,
-                       stream);
-      else
-        add_rms_norm(x_loc, h_loc, tmp_loc, w, nrows, static_cast<int>(H), eps, opts_.dtype,
-                     stream);
-    }
-    if (sp_) gather_rows(gather_op, l, h_.get(), rows, stream);
-  };
-  const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
-  if (fused_) {
-    // x += out(attention); act = activation(up(post-attention norm of x)); x += down(act).
-    const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
-    linear("attn_out", l, attn_.get(), L.out_w, L.out_b, x_.get(), rows, H, Q, stream, &residual);
-    linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, L.up_b, act_.get(), rows,
-           up_rows, H, stream, &up);
-    linear("mlp_down", l, act_.get(), L.down_w, L.down_b, x_.get(), rows, H, I, stream, &residual);
-    return;
+  if (fused_) return;  // the output projection and its residual add are one fused GEMV
+  // Row-parallel: each rank's partial sum; the bias is added once, after the sum.
+  const bool split = opts_.tp_size > 1;
+  linear("attn_out", l, row_ptr(attn_, r, Q), L.out_w, split ? nullptr : L.out_b,
+         row_ptr(tmp_, r, H), r.rows, H, Q, stream);
+}
+
+void Transformer::sum_partials(const char* all_reduce_op, const char* reduce_scatter_op, int l,
+                               const Rows& r, const void* bias, cudaStream_t stream) {
+  if (sp_)
+    scatter_rows(reduce_scatter_op, l, tmp_.get(), bias, r.rows, stream);
+  else if (opts_.tp_size > 1)
+    reduce_rows(all_reduce_op, l, row_ptr(tmp_, r, model_.hidden_size), bias, r.rows, stream);
+}
+
+void Transformer::residual_norm(const char* op, const char* gather_op, int l, const Rows& r,
+                                const void* w, const void* b, cudaStream_t stream) {
+  const ModelConfig& m = model_;
+  const std::int64_t nrows = sp_ ? r.rows / opts_.tp_size : r.rows;
+  const int H = static_cast<int>(m.hidden_size);
+  const float eps = static_cast<float>(m.norm_eps);
+  {
+    OpScope scope(observer_, op, l, stream);
+    if (m.norm == Norm::LayerNorm)
+      add_layer_norm(local_rows(x_, r), local_rows(h_, r), local_rows(tmp_, r), w, b, nrows, H,
+                     eps, opts_.dtype, stream);
+    else
+      add_rms_norm(local_rows(x_, r), local_rows(h_, r), local_rows(tmp_, r), w, nrows, H, eps,
+                   opts_.dtype, stream);
   }
-  linear("attn_out", l, attn_.get(), L.out_w, split ? nullptr : L.out_b, tmp_.get(), rows, H, Q,
-         stream);
-  sum_partials("attn_all_reduce", "attn_reduce_scatter", L.out_b);
+  if (sp_) gather_rows(gather_op, l, h_.get(), r.rows, stream);
+}
+
+void Transformer::mlp_part(int l, const Rows& r, cudaStream_t stream) {
+  const ModelConfig& m = model_;
+  const Layer& L = *layer_[static_cast<std::size_t>(l)];
+  const std::int64_t H = m.hidden_size, I = shard_.intermediate;
+  const std::int64_t up_rows = m.gated_mlp ? 2 * I : I;
   // x += attention output; h = post-attention norm of x.
-  residual_norm("residual_norm", "attn_all_gather", L.post_norm_w, L.post_norm_b);
-  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, h_.get(), L.up_w, L.up_b, mlp_.get(), rows,
-         up_rows, H, stream);
+  residual_norm("residual_norm", "attn_all_gather", l, r, L.post_norm_w, L.post_norm_b, stream);
+  unsigned char* const mlp = row_ptr(mlp_, r, up_rows);
+  unsigned char* const act = row_ptr(act_, r, I);
+  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, row_ptr(h_, r, H), L.up_w, L.up_b, mlp,
+         r.rows, up_rows, H, stream);
   {
     OpScope scope(observer_, "mlp_act", l, stream);
     if (m.gated_mlp)
-      swiglu(act_.get(), mlp_.get(), rows, static_cast<int>(I), opts_.dtype, stream);
+      swiglu(act, mlp, r.rows, static_cast<int>(I), opts_.dtype, stream);
     else if (m.activation == Activation::Relu)
-      relu(act_.get(), mlp_.get(), rows * I, opts_.dtype, stream);
+      relu(act, mlp, r.rows * I, opts_.dtype, stream);
     else
-      gelu(act_.get(), mlp_.get(), rows * I, m.activation == Activation::GeluTanh, opts_.dtype,
-           stream);
+      gelu(act, mlp, r.rows * I, m.activation == Activation::GeluTanh, opts_.dtype, stream);
   }
-  linear("mlp_down", l, act_.get(), L.down_w, split ? nullptr : L.down_b, tmp_.get(), rows, H, I,
-         stream);
-  sum_partials("mlp_all_reduce", "mlp_reduce_scatter", L.down_b);
+  linear("mlp_down", l, act, L.down_w, opts_.tp_size > 1 ? nullptr : L.down_b,
+         row_ptr(tmp_, r, H), r.rows, H, I, stream);
+}
+
+void Transformer::layer_end(int l, const Rows& r, cudaStream_t stream) {
   if (l + 1 < layers_) {
     // x += MLP output; h = the next layer's input norm of x.
     const Layer& next = *layer_[static_cast<std::size_t>(l + 1)];
-    residual_norm("mlp_residual_norm", "mlp_all_gather", next.in_norm_w, next.in_norm_b);
+    residual_norm("mlp_residual_norm", "mlp_all_gather", l, r, next.in_norm_w, next.in_norm_b,
+                  stream);
   } else {
     OpScope scope(observer_, "residual", l, stream);
-    residual_add(x_loc, tmp_loc, nrows * H, opts_.dtype, stream);
+    residual_add(local_rows(x_, r), local_rows(tmp_, r),
+                 (sp_ ? r.rows / opts_.tp_size : r.rows) * model_.hidden_size, opts_.dtype,
+                 stream);
   }
 }
 

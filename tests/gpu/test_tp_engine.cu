@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -55,9 +56,10 @@ ModelConfig tiny_opt() {  // LayerNorm, learned positions, ReLU, biases everywhe
                             "tiny-opt");
 }
 
-EngineOptions options(int t, int rank, bool sequence_parallel = false) {
+EngineOptions options(int t, int rank, bool sequence_parallel = false, int overlap_chunks = 1) {
   EngineOptions o;
   o.sequence_parallel = sequence_parallel;
+  o.overlap_chunks = overlap_chunks;
   o.max_batch = 2;
   o.max_tokens = 48;
   o.max_context = 64;
@@ -177,16 +179,19 @@ class LocalCollectives : public TpCollectives {
   int rank_;
 };
 
-// Prefill of `tokens` then one decode step: the logits after each (rank 0's, all equal).
+// A prefill of 40 tokens per sequence then one decode step: the logits after each (rank 0's,
+// all equal) and the chunks the prefill ran in.
 struct Outputs {
   std::vector<float> prefill, decode;
+  int prefill_chunks = 0;
 };
-Outputs run_steps(Transformer& t, cudaStream_t s) {
-  const int batch = 2, n = 40;
+Outputs run_steps(Transformer& t, cudaStream_t s, int batch = 2) {
+  const int n = 40;
   Outputs o;
   const std::int32_t* ids = t.tokens(batch, n, 11, s);
   t.prefill(ids, batch, n, s);
   o.prefill = logits_of(t, batch);
+  o.prefill_chunks = t.last_chunks();
   const std::int32_t* next = t.tokens(batch, 1, 12, s);
   t.decode(next, batch, n, s);
   o.decode = logits_of(t, batch);
@@ -321,18 +326,71 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
   }
 }
 
+// Prefill in overlap chunks (each chunk's all-reduces on the engine's second stream) equals
+// TP=1: by whole sequences at batch 2, by prompt slices (later slices attending to earlier
+// ones' keys in the cache) at batch 1.
+struct OverlapCase {
+  int t, chunks, batch, expected_chunks;
+};
+constexpr OverlapCase kOverlapCases[] = {{2, 2, 2, 2}, {2, 2, 1, 2}, {4, 4, 1, 4}, {2, 8, 1, 8},
+                                         // 40 tokens do not split in 3 at batch 1: whole
+                                         {2, 3, 1, 1}};
+
+TEST(TpEngine, OverlapChunksOnOneGpuEqualTp1) {
+  DeviceGuard guard(kGpu);
+  for (const ModelConfig& m : {tiny_qwen(), tiny_opt()}) {
+    std::map<int, Outputs> want;  // by batch
+    {
+      Transformer one(m, options(1, 0), kGpu);
+      Stream s(kGpu);
+      for (int batch : {1, 2}) want[batch] = run_steps(one, s.get(), batch);
+    }
+    for (const OverlapCase& c : kOverlapCases) {
+      LocalGroup group(c.t);
+      std::vector<Outputs> got(static_cast<std::size_t>(c.t));
+      std::vector<std::string> errors(static_cast<std::size_t>(c.t));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < c.t; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            DeviceGuard g(kGpu);
+            Transformer part(m, options(c.t, r, false, c.chunks), kGpu);
+            LocalCollectives lc(group, r);
+            part.set_collectives(&lc);
+            Stream s(kGpu);
+            got[static_cast<std::size_t>(r)] = run_steps(part, s.get(), c.batch);
+          } catch (const std::exception& e) {
+            errors[static_cast<std::size_t>(r)] = e.what();
+          }
+        });
+      for (auto& th : threads) th.join();
+      for (int r = 0; r < c.t; ++r) {
+        const auto& g = got[static_cast<std::size_t>(r)];
+        const std::string what = m.name + " t=" + std::to_string(c.t) + " chunks " +
+                                 std::to_string(c.chunks) + " batch " + std::to_string(c.batch) +
+                                 " rank " + std::to_string(r);
+        ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << what;
+        EXPECT_EQ(g.prefill_chunks, c.expected_chunks) << what;
+        EXPECT_EQ(mismatches(want[c.batch].prefill, g.prefill), 0) << what << ": prefill vs TP=1";
+        EXPECT_EQ(mismatches(want[c.batch].decode, g.decode), 0) << what << ": decode vs TP=1";
+      }
+    }
+  }
+}
+
 // Across GPUs over NCCL, as `gpubench tp` runs it: every degree that the visible GPUs allow.
 TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
   int n = 0;
   GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
   if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   const ModelConfig m = tiny_qwen();
-  Outputs want;
+  Outputs want, want1;  // batch 2, batch 1
   {
     DeviceGuard guard(kGpu);
     Transformer one(m, options(1, 0), kGpu);
     Stream s(kGpu);
     want = run_steps(one, s.get());
+    want1 = run_steps(one, s.get(), 1);
   }
   for (const auto& degree : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
     const int t = degree.first;
@@ -340,7 +398,9 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
     if (t > n) continue;
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
-    std::vector<Outputs> got(static_cast<std::size_t>(t));
+    std::vector<Outputs> got(static_cast<std::size_t>(t)), overlapped = got, copied = got;
+    std::vector<std::int64_t> copied_count(static_cast<std::size_t>(t));
+    tp::CopyEngineGroup copies(devices, std::size_t{1} << 20);
     ncclUniqueId id{};
     RankGroup group(devices);
     group.run([&](Rank& self) {
@@ -351,7 +411,36 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
       tp::NcclTpCollectives c(comm.get());
       part.set_collectives(&c);
       got[static_cast<std::size_t>(self.rank)] = run_steps(part, self.stream->get());
+      if (!sp) {  // and the prefill in t overlap chunks, every chunk's all-reduce overlapped
+        Transformer chunked(m, options(t, self.rank, false, t), self.device);
+        chunked.set_collectives(&c);
+        overlapped[static_cast<std::size_t>(self.rank)] =
+            run_steps(chunked, self.stream->get(), 1);
+      }
+      // Through the copy engines (every message, however small; NCCL only for the decode
+      // graph's capture), overlapped as above without sequence parallelism.
+      tp::CopyEngineTpCollectives ce(copies, self.rank, c, /*min_bytes=*/0);
+      Transformer part_ce(m, options(t, self.rank, sp, sp ? 1 : t), self.device);
+      part_ce.set_collectives(&ce);
+      copied[static_cast<std::size_t>(self.rank)] = run_steps(part_ce, self.stream->get(), 1);
+      copied_count[static_cast<std::size_t>(self.rank)] = ce.copied();
     });
+    for (int r = 0; r < t && copies.peers_ok(); ++r) {
+      const Outputs& g = copied[static_cast<std::size_t>(r)];
+      const std::string what = "t=" + std::to_string(t) + (sp ? " sp" : "") +
+                               " copy engines, rank " + std::to_string(r);
+      EXPECT_GT(copied_count[static_cast<std::size_t>(r)], 0) << what;
+      EXPECT_EQ(mismatches(want1.prefill, g.prefill), 0) << what << ": prefill logits vs TP=1";
+      EXPECT_EQ(mismatches(want1.decode, g.decode), 0) << what << ": decode logits vs TP=1";
+    }
+    for (int r = 0; r < t && !sp; ++r) {
+      const Outputs& g = overlapped[static_cast<std::size_t>(r)];
+      EXPECT_EQ(g.prefill_chunks, t) << "t=" << t << " rank " << r;
+      EXPECT_EQ(mismatches(want1.prefill, g.prefill), 0)
+          << "t=" << t << " overlapped, rank " << r << ": prefill logits vs TP=1";
+      EXPECT_EQ(mismatches(want1.decode, g.decode), 0)
+          << "t=" << t << " overlapped, rank " << r << ": decode logits vs TP=1";
+    }
     for (int r = 0; r < t; ++r) {
       EXPECT_EQ(mismatches(want.prefill, got[static_cast<std::size_t>(r)].prefill), 0)
           << "t=" << t << (sp ? " sp" : "") << " rank " << r << ": prefill logits vs TP=1";

@@ -67,6 +67,7 @@ TEST(TpSettings, DefaultsPerMode) {
   EXPECT_EQ(full.micro_tokens, (std::vector<std::int64_t>{1, 16, 128, 1024, 4096}));
   EXPECT_FALSE(full.overlap);
   EXPECT_EQ(full.overlap_chunks, 4);
+  EXPECT_EQ(full.collectives, "nccl");
   EXPECT_TRUE(full.notes.empty());  // 4096 tokens fit llama-2-7b's 4096 positions
   const Settings quick = resolve_settings(Options{}, true, 0);
   EXPECT_EQ(quick.seq_lens, (std::vector<std::int64_t>{1024, 4096}));
@@ -148,9 +149,17 @@ TEST(TpSettings, BadInputNamesTheOption) {
   EXPECT_EQ(error_of(o), "--micro: 'diagonal' is not column or row");
   o = Options{};
   o.overlap_chunks = 0;
-  EXPECT_EQ(error_of(o), "--overlap-chunks: 0 must be at least 1");
+  EXPECT_EQ(error_of(o), "--overlap-chunks: 0 is outside 1..16");
+  o.overlap_chunks = 32;
+  EXPECT_EQ(error_of(o), "--overlap-chunks: 32 is outside 1..16");
   o.overlap_chunks = 3;
   EXPECT_EQ(error_of(o), "--overlap-chunks: 3 does not divide --micro-size 8192");
+  o = Options{};
+  o.collectives = "mpi";
+  EXPECT_EQ(error_of(o), "--collectives: 'mpi' is not nccl or copy-engine");
+  o.collectives = " copy-engine ";
+  EXPECT_EQ(error_of(o), "");
+  EXPECT_EQ(resolve_settings(o, false, 0).collectives, "copy-engine");
   o = Options{};
   o.layers = 33;
   EXPECT_TRUE(has(error_of(o), "--layers: 33 is outside 0..32"));
@@ -237,9 +246,9 @@ TEST(TpSettings, ToJsonKeys) {
   const auto j = resolve_settings(o, true, 0).to_json();
   for (const char* key : {"model", "layers", "tp", "seq_lens", "batch_sizes", "contexts", "dtype",
                           "sequence_parallel", "micro", "micro_size", "micro_tokens", "overlap",
-                          "overlap_chunks"})
+                          "overlap_chunks", "collectives"})
     EXPECT_TRUE(j.contains(key)) << key;
-  EXPECT_EQ(j.size(), 13u);
+  EXPECT_EQ(j.size(), 14u);
   EXPECT_EQ(j["model"]["name"], "llama-2-7b");
   EXPECT_EQ(j["tp"], nlohmann::ordered_json::parse("[1,2,4]"));
   EXPECT_EQ(j["seq_lens"], nlohmann::ordered_json::parse("[1024,4096]"));

@@ -119,7 +119,9 @@ class PinnedBuffer {
 class Stream {
  public:
   Stream() = default;
-  explicit Stream(int device);  // non-blocking stream on `device`
+  // A non-blocking stream on `device`; `high_priority`: the device's highest stream priority
+  // (its blocks are scheduled before those of default-priority streams as SMs free up).
+  explicit Stream(int device, bool high_priority = false);
   ~Stream();
   Stream(Stream&& o) noexcept { swap(o); }
   Stream& operator=(Stream&& o) noexcept {

@@ -77,6 +77,13 @@ struct EngineOptions {
   // outputs are reduce-scattered instead of all-reduced, and each norm's output is all-gathered
   // before the next column-parallel GEMM. R must divide by tp_size. Decode keeps the all-reduces.
   bool sequence_parallel = false;
+  // Prefill under tensor parallelism without sequence parallelism: the step's rows in this many
+  // chunks (whole sequences when the batch divides into them, else, at batch 1, prompt slices
+  // that divide the prompt), each chunk's all-reduces on a second, high-priority stream while
+  // the next chunk computes, so that communication hides behind the GEMMs. A chunk's attention
+  // reads the earlier chunks' keys from the cache, so the result equals the unchunked step's.
+  // 1 (or a step that does not divide): no overlap. At most kMaxOverlapChunks.
+  int overlap_chunks = 1;
   // Pipeline parallelism: this engine is one stage, decoder layers first_layer ..
   // first_layer + layers - 1 (layers 0: to the model's last). `embed`: it starts from token ids
   // (the embedding); otherwise a step starts from the hidden states written to input_hidden().
@@ -132,6 +139,7 @@ EngineMemory engine_memory(const ModelConfig& model, const EngineOptions& option
 
 class Transformer {
  public:
+  static constexpr int kMaxOverlapChunks = 16;
   // Allocates and fills everything on `device` (the current device must be `device`).
   Transformer(const ModelConfig& model, const EngineOptions& options, int device);
   ~Transformer();
@@ -167,6 +175,11 @@ class Transformer {
   void set_collectives(TpCollectives* collectives) noexcept { collectives_ = collectives; }
   // What this rank holds (at tp_size 1: everything).
   const ShardShape& shard() const noexcept { return shard_; }
+  // The chunks the last step ran in (EngineOptions::overlap_chunks; 1: not overlapped).
+  int last_chunks() const noexcept { return last_chunks_; }
+  // Later steps in `chunks` overlap chunks: 1 .. the overlap_chunks the engine was built with
+  // (InputError otherwise).
+  void set_overlap_chunks(int chunks);
 
   // The prefill attention path the last prefill used ("cudnn" or "own"), and why cuDNN was not
   // used when it was not ("" otherwise).
@@ -182,9 +195,42 @@ class Transformer {
 
  private:
   struct Layer;
+  // The rows a step, or one overlap chunk of it, covers: rows row0 .. row0 + rows - 1 of the
+  // step's batch x tokens, that is sequences seq0 .. seq0 + batch - 1 at positions
+  // pos0 .. pos0 + tokens - 1.
+  struct Rows {
+    std::int64_t row0 = 0, rows = 0;
+    int seq0 = 0, batch = 1, tokens = 1, pos0 = 0;
+  };
   void forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
                cudaStream_t stream);
-  void layer_forward(int l, int batch, int tokens, int pos0, bool decode, cudaStream_t stream);
+  // The step in overlap chunks (EngineOptions::overlap_chunks), or whole.
+  std::vector<Rows> step_chunks(int batch, int tokens, int pos0, bool decode) const;
+  void layer_forward(int l, const Rows& r, bool decode, cudaStream_t stream);
+  // A decoder layer in parts: the input norm (first layer) through attention's output
+  // projection, whose partial sum is left in tmp_; the post-attention residual add and norm
+  // through the MLP's down projection (tmp_ again); after each, sum_partials over the ranks;
+  // then layer_end: the MLP's residual add with the next layer's input norm, or the last add.
+  void attention_part(int l, const Rows& r, bool decode, cudaStream_t stream);
+  void mlp_part(int l, const Rows& r, cudaStream_t stream);
+  void layer_end(int l, const Rows& r, cudaStream_t stream);
+  // x += tmp, then h = the norm (w, b) of x on r's rows (this rank's with sequence parallelism,
+  // gathered to every row after).
+  void residual_norm(const char* op, const char* gather_op, int l, const Rows& r, const void* w,
+                     const void* b, cudaStream_t stream);
+  // tmp_'s rows of r summed over the ranks (tp_size > 1; an all-reduce, or a reduce-scatter
+  // with sequence parallelism), `bias` added after; nothing at tp_size 1.
+  void sum_partials(const char* all_reduce_op, const char* reduce_scatter_op, int l,
+                    const Rows& r, const void* bias, cudaStream_t stream);
+  // The fused layer of a fused_ step.
+  void fused_layer(int l, const Rows& r, bool decode, cudaStream_t stream);
+  // Every layer over the chunks, chunk by chunk, each chunk's sums on comm_ while the next
+  // chunk computes on `stream`, which waits for the last sums at the end.
+  void overlapped_layers(const std::vector<Rows>& chunks, cudaStream_t stream);
+  // Row r.row0 of a buffer of `cols` columns.
+  unsigned char* row_ptr(const DeviceBuffer& b, const Rows& r, std::int64_t cols) const;
+  // A layer's K or V cache from sequence r.seq0 on.
+  unsigned char* cache_ptr(void* cache, const Rows& r) const;
   // Y[rows, out] = X[rows, in] W^T (+ bias), with `fusion`'s prologue and epilogue (the skinny
   // path only: fused_ steps).
   void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
@@ -222,8 +268,9 @@ class Transformer {
   void scatter_rows(const char* op, int l, void* data, const void* bias, std::int64_t rows,
                     cudaStream_t stream);
   void gather_rows(const char* op, int l, void* data, std::int64_t rows, cudaStream_t stream);
-  // This rank's rows of a [rows, hidden] buffer (all of it without sequence parallelism).
-  unsigned char* local_rows(DeviceBuffer& b, std::int64_t rows) const;
+  // This rank's rows of r in a [rows, hidden] buffer (all of them without sequence
+  // parallelism).
+  unsigned char* local_rows(const DeviceBuffer& b, const Rows& r) const;
 
   ModelConfig model_;
   EngineOptions opts_;
@@ -253,6 +300,11 @@ class Transformer {
   // Activations for max_batch * max_tokens rows.
   DeviceBuffer x_, h_, qkv_, attn_, tmp_, mlp_, act_, positions_, ids_, last_, logits_, attn_ws_;
   int sm_count_ = 0;
+  // Overlap chunks (tp_size > 1, overlap_chunks > 1): the collectives' stream; per chunk, its
+  // compute handed to comm_, and its attention and MLP sums done.
+  Stream comm_;
+  std::vector<Event> computed_, attn_summed_, mlp_summed_;
+  int last_chunks_ = 1;
   std::unique_ptr<AttentionRunner> attention_;
   std::string attention_path_ = "own", attention_note_;
 };

@@ -12,6 +12,7 @@
 
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/peers.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/result.hpp"
 #include "memory.cuh"
@@ -21,6 +22,8 @@ namespace gpubench {
 ModulePtr make_bandwidth_module();
 
 namespace bandwidth {
+
+using gpubench::PeerAccess;  // gpubench/core/peers.hpp
 
 // ---------------------------------------------------------------------------------------------
 // Options and settings
@@ -216,22 +219,9 @@ struct P2pBuffers {
   std::vector<std::uint64_t> seed;
 };
 
-class PeerAccess;
 // All-to-one (every other GPU writes into one) and one-to-all (every other GPU reads from one).
 void run_p2p_fan(RunState& rs, const PeerAccess& peers, P2pBuffers& buffers);
 
-// Peer access between the selected GPUs, enabled both ways where the hardware allows.
-class PeerAccess {
- public:
-  explicit PeerAccess(const std::vector<int>& devices);
-  // True when src and dst can each read and write the other's memory.
-  bool pair(int a, int b) const;
-
- private:
-  std::vector<int> devices_;
-  std::vector<std::vector<bool>> ok_;
-  std::size_t pos(int device) const;
-};
 
 }  // namespace bandwidth
 }  // namespace gpubench

@@ -87,6 +87,17 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
     return o;
   };
   RankGroup group(devs);
+  // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
+  // largest prefill's all-reduce.
+  std::unique_ptr<CopyEngineGroup> copies;
+  if (t > 1 && s.collectives == "copy-engine") {
+    const std::int64_t most = s.batch_sizes.back() * max_prompt * H * 2;
+    copies = std::make_unique<CopyEngineGroup>(devs, static_cast<std::size_t>(most / t + 64));
+    if (!copies->peers_ok())
+      spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives copy-engine "
+                   "runs over NCCL",
+                   fmt::join(devs, ","));
+  }
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;
@@ -97,6 +108,11 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
       comm = NcclComm(id, t, self.rank);
       collectives = std::make_unique<NcclTpCollectives>(comm.get());
     }
+    // The step's collectives: NCCL's, or the copy engines' with NCCL for what they leave.
+    std::unique_ptr<CopyEngineTpCollectives> copied;
+    if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *collectives);
+    model::TpCollectives* active =
+        copied ? static_cast<model::TpCollectives*>(copied.get()) : collectives.get();
     cudaStream_t st = self.stream->get();
     // Every rank must run the same sequence of collectives: stop only where all agree.
     auto stop = [&] {
@@ -114,6 +130,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
       eo.tp_size = t;
       eo.tp_rank = self.rank;
       eo.sequence_parallel = s.sequence_parallel;
+      eo.overlap_chunks = s.overlap && !s.sequence_parallel && t > 1 ? s.overlap_chunks : 1;
       // Every rank builds its engine; if any cannot (out of memory, say), all skip this batch
       // together rather than wait in a collective for the one that stopped.
       std::unique_ptr<model::Transformer> built;
@@ -144,7 +161,9 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
         continue;
       }
       model::Transformer& engine = *built;
-      if (collectives) engine.set_collectives(collectives.get());
+      // Built for overlap chunks, but each point runs whole first.
+      engine.set_overlap_chunks(1);
+      if (active) engine.set_collectives(active);
       // The standalone all-reduce's buffer: the largest message of this batch.
       DeviceBuffer scratch(self.device, t > 1 ? static_cast<std::size_t>(batch * max_prompt * H * 2)
                                               : std::size_t{16});
@@ -167,21 +186,25 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
           engine.decode(next, b, n, st);
         }
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-        if (self.rank == 0) {
+        const auto key = std::make_tuple(static_cast<int>(phase), batch, len);
+        // Rank 0's logits against TP=1's (kept at t = 1): the error, and "failed" beyond the
+        // limit.
+        auto check = [&](double* error, const char* what) {
+          if (self.rank != 0) return;
           const auto logits = model::to_host_values(
               engine.logits(), static_cast<std::size_t>(b) * engine.model().vocab_size, dtype);
-          const auto key = std::make_tuple(static_cast<int>(phase), batch, len);
           if (t == 1) {
             reference[key] = logits;
           } else if (auto it = reference.find(key); it != reference.end()) {
-            o.check_error = model::relative_l2(logits, it->second);
-            if (!(o.check_error <= kCheckLimit)) {
+            *error = model::relative_l2(logits, it->second);
+            if (!(*error <= kCheckLimit)) {
               o.status = "failed";
-              o.note = fmt::format("logits differ from TP=1: relative error {:.3g} (limit {})",
-                                   o.check_error, kCheckLimit);
+              o.note = fmt::format("{}logits differ from TP=1: relative error {:.3g} (limit {})",
+                                   what, *error, kCheckLimit);
             }
           }
-        }
+        };
+        check(&o.check_error, "");
         // Timed: the step (the slowest rank per iteration); a decode step from a CUDA graph.
         Launch launch;
         if (prefill) {
@@ -192,6 +215,18 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
           launch = [&](cudaStream_t s2, int) { graph.launch(s2); };
         }
         o.step = group.measure(self, launch, step_mo);
+        if (prefill && eo.overlap_chunks > 1) {
+          // The same prefill in overlap chunks, checked, then timed.
+          engine.set_overlap_chunks(eo.overlap_chunks);
+          engine.prefill(ids, b, n, st);
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          if (engine.last_chunks() > 1) {
+            o.overlap_chunks = engine.last_chunks();
+            check(&o.overlap_check_error, "overlapped: ");
+            o.overlap_s = group.measure(self, launch, step_mo).median_s();
+          }
+          engine.set_overlap_chunks(1);
+        }
         // One eager step with events around every operation.
         model::OpSpans timer(self.device);
         engine.set_observer(&timer);
@@ -202,33 +237,51 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         engine.set_observer(nullptr);
         o.ops = split_by_kind(timer.collect());
+        if (!prefill && t > 1) {
+          // The decode graph without its collectives: the step minus what communication adds.
+          SkippedCollectives none;
+          engine.set_collectives(&none);
+          CudaGraph bare;
+          bare.capture(st, [&](cudaStream_t s2) { engine.decode(next, b, n, s2); });
+          engine.set_collectives(active);
+          o.no_comm_s =
+              group.measure(self, [&](cudaStream_t s2, int) { bare.launch(s2); }, step_mo)
+                  .median_s();
+        }
         // The layer's all-reduce alone, same size, same GPUs (with sequence parallelism in
         // prefill: its reduce-scatter and all-gather, which carry the same bus bytes).
         if (t > 1) {
           const std::int64_t rows = prefill ? batch * len : batch;
           const std::size_t elems = static_cast<std::size_t>(rows * H);
           o.allreduce_bytes = static_cast<double>(elems) * 2;
-          const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
           void* buf = scratch.get();
-          const std::size_t chunk = elems / static_cast<std::size_t>(t);
-          auto* mine = scratch.as<unsigned char>() + self.rank * chunk * 2;
+          const auto chunk = static_cast<std::int64_t>(elems) / t;
           const bool split_rows = s.sequence_parallel && prefill;
-          o.allreduce_alone_s =
-              group
-                  .measure(
-                      self,
-                      [&](cudaStream_t s2, int) {
-                        if (split_rows) {
-                          GPB_NCCL_CHECK(
-                              ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm.get(), s2));
-                          GPB_NCCL_CHECK(ncclAllGather(mine, buf, chunk, type, comm.get(), s2));
-                        } else {
-                          GPB_NCCL_CHECK(
-                              ncclAllReduce(buf, buf, elems, type, ncclSum, comm.get(), s2));
-                        }
-                      },
-                      comm_mo)
-                  .median_s();
+          // Through the step's own collectives (NCCL's, or the copy engines'), in place.
+          auto collective = [&](cudaStream_t s2) {
+            if (split_rows) {
+              active->reduce_scatter(buf, chunk, dtype, s2);
+              active->all_gather(buf, chunk, dtype, s2);
+            } else {
+              active->all_reduce(buf, static_cast<std::int64_t>(elems), dtype, s2);
+            }
+          };
+          if (prefill) {
+            o.allreduce_alone_s =
+                group.measure(self, [&](cudaStream_t s2, int) { collective(s2); }, comm_mo)
+                    .median_s();
+          } else {
+            // Decode's small all-reduces as its graph runs them: 2 per layer, back to back.
+            const int k = 2 * engine.layers();
+            CudaGraph burst;
+            burst.capture(st, [&](cudaStream_t s2) {
+              for (int i = 0; i < k; ++i) collective(s2);
+            });
+            o.allreduce_alone_s =
+                group.measure(self, [&](cudaStream_t s2, int) { burst.launch(s2); }, comm_mo)
+                    .median_s() /
+                k;
+          }
         }
         o.memory_per_gpu = engine.memory().total();
         if (self.rank == 0) out.push_back(o);

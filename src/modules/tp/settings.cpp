@@ -141,12 +141,17 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   s.micro_tokens =
       or_default(o.micro_tokens, "--micro-tokens", kMaxTokens, {1, 16, 128, 1024, 4096});
   s.overlap = o.overlap;
-  if (o.overlap_chunks < 1)
-    throw InputError(fmt::format("--overlap-chunks: {} must be at least 1", o.overlap_chunks));
+  if (o.overlap_chunks < 1 || o.overlap_chunks > model::Transformer::kMaxOverlapChunks)
+    throw InputError(fmt::format("--overlap-chunks: {} is outside 1..{}", o.overlap_chunks,
+                                 model::Transformer::kMaxOverlapChunks));
   if (s.micro_size % o.overlap_chunks != 0)
     throw InputError(fmt::format("--overlap-chunks: {} does not divide --micro-size {}",
                                  o.overlap_chunks, s.micro_size));
   s.overlap_chunks = o.overlap_chunks;
+  const std::string c = trim(o.collectives);
+  if (c != "nccl" && c != "copy-engine")
+    throw InputError(fmt::format("--collectives: '{}' is not nccl or copy-engine", o.collectives));
+  s.collectives = c;
   return s;
 }
 
@@ -165,7 +170,8 @@ nlohmann::ordered_json Settings::to_json() const {
           {"micro_size", micro_size},
           {"micro_tokens", micro_tokens},
           {"overlap", overlap},
-          {"overlap_chunks", overlap_chunks}};
+          {"overlap_chunks", overlap_chunks},
+          {"collectives", collectives}};
 }
 
 }  // namespace gpubench::tp

@@ -5,6 +5,7 @@
 // ranks, the prediction "TP=1 compute / t + measured collectives" and its error, the
 // column/row-parallel micro-benchmark shapes, the headline keys, the engine's NCCL all-reduce
 // and the runs on the GPUs (bench.cpp, micro.cpp).
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpubench/core/context.hpp"
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/measure.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
@@ -41,8 +43,11 @@ struct Options {
   std::string micro;               // "" (none) or a list of column,row
   std::int64_t micro_size = 8192;  // the micro-benchmark's W is micro_size x micro_size
   std::string micro_tokens;        // default 1,16,128,1024,4096
-  bool overlap = false;            // micro: overlap the collective with the GEMM in chunks
+  // Micro, row-parallel: the GEMM in chunks, each chunk's all-reduce behind the next one's GEMM;
+  // prefill (without sequence parallelism): the step in chunks (Transformer's overlap_chunks).
+  bool overlap = false;
   int overlap_chunks = 4;
+  std::string collectives = "nccl";  // the model run's: nccl or copy-engine
 };
 
 // The two Megatron linear layers the micro-benchmark isolates.
@@ -62,6 +67,9 @@ struct Settings {
   std::vector<std::int64_t> micro_tokens;
   bool overlap = false;
   int overlap_chunks = 4;
+  // The model run's collectives: "nccl", or "copy-engine" (CopyEngineTpCollectives: prefill's
+  // large messages through the copy engines, the rest through NCCL).
+  std::string collectives = "nccl";
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
@@ -203,6 +211,90 @@ class NcclTpCollectives : public model::TpCollectives {
   int rank_ = 0;
 };
 
+// The ranks' shared part of CopyEngineTpCollectives: threads of one process, a GPU each.
+// Enables peer access between every pair (peers_ok() says whether all pairs have it), holds
+// each rank's staging (t - 1 slots of max_chunk_bytes each: what its peers send it in a
+// reduce-scatter) and its events, and the spinning barrier that keeps the ranks' event records
+// and waits in step on the host. A rank that does not reach a barrier within 60 s makes the
+// others throw GpuError instead of waiting for ever.
+class CopyEngineGroup {
+ public:
+  CopyEngineGroup(const std::vector<int>& devices, std::size_t max_chunk_bytes);
+  int size() const noexcept { return static_cast<int>(devices_.size()); }
+  bool peers_ok() const noexcept { return peers_ok_; }
+
+ private:
+  friend class CopyEngineTpCollectives;
+  void barrier();
+  std::vector<int> devices_;
+  bool peers_ok_ = false;
+  std::size_t max_chunk_bytes_ = 0;
+  std::vector<DeviceBuffer> staging_;
+  std::vector<Event> arrived_, sent_;  // per rank: its stream reached a collective; its copies
+  std::vector<void*> data_;            // per rank: the buffer of the collective under way
+  std::atomic<int> waiting_{0};
+  std::atomic<unsigned> generation_{0};
+};
+
+// A TP step's collectives through the copy engines (cudaMemcpyAsync between peers), so that
+// they take no SMs and a collective on a second stream does not slow the GEMMs it overlaps:
+//   reduce-scatter: rank r copies its chunk j into slot r of rank j's staging, then each rank
+//     adds its slots into its own chunk (one small kernel);
+//   all-gather: rank r copies its chunk r into chunk r of every peer;
+//   all-reduce: the two.
+// Each phase ends with an event per rank that the peers' streams wait on (cross-device waits),
+// recorded and waited between host barriers. Messages under min_bytes, and every call while
+// the stream is being captured (decode's graph), go to `fallback` (NCCL, lower latency).
+class CopyEngineTpCollectives : public model::TpCollectives {
+ public:
+  static constexpr std::size_t kMinBytes = std::size_t{2} << 20;
+  CopyEngineTpCollectives(CopyEngineGroup& group, int rank, model::TpCollectives& fallback,
+                          std::size_t min_bytes = kMinBytes);
+  void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override;
+  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
+  void all_gather(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
+  // Collectives that went through the copy engines, and to the fallback.
+  std::int64_t copied() const noexcept { return copied_; }
+  std::int64_t fell_back() const noexcept { return fell_back_; }
+
+ private:
+  // Whether this collective goes to the fallback (and counts it).
+  bool use_fallback(std::size_t chunk_bytes, std::size_t total_bytes, cudaStream_t stream);
+  // This rank records its event of `events` (and publishes `publish` as its buffer, if not
+  // null), then after a barrier its stream waits for every peer's.
+  void exchange(std::vector<Event>& events, cudaStream_t stream, void* publish);
+  // The phases on chunks [r * chunk, ...) of `elems` in all (the last chunk may be shorter).
+  void scatter_and_sum(void* data, std::int64_t chunk, std::int64_t elems, ActDtype dtype,
+                       cudaStream_t stream);
+  void gather(void* data, std::int64_t chunk, std::int64_t elems, ActDtype dtype,
+              cudaStream_t stream);
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
+  // The copies at once, each on a lane of its own forked from `stream`, joined back to it.
+  void copy_to_peers(const std::vector<Copy>& copies, cudaStream_t stream);
+  CopyEngineGroup& g_;
+  int rank_;
+  std::vector<Stream> lanes_;  // t - 1 of them
+  std::vector<Event> landed_;
+  Event forked_;
+  model::TpCollectives& fallback_;
+  std::size_t min_bytes_;
+  std::int64_t copied_ = 0, fell_back_ = 0;
+};
+
+// Collectives that do nothing: a decode step captured with them runs every kernel of the TP
+// step but no communication (wrong logits, never checked), which timed against the real step
+// gives the communication the step exposes.
+class SkippedCollectives : public model::TpCollectives {
+ public:
+  void all_reduce(void*, std::int64_t, ActDtype, cudaStream_t) override {}
+  void reduce_scatter(void*, std::int64_t, ActDtype, cudaStream_t) override {}
+  void all_gather(void*, std::int64_t, ActDtype, cudaStream_t) override {}
+};
+
 // ---------------------------------------------------------------------------------------------
 // The runs (bench.cpp): the engine split over t GPUs, one thread (or MPI process) per rank
 
@@ -224,9 +316,19 @@ struct Outcome {
   Measurement step;                  // per iteration: the slowest rank's time
   OpSplit ops;                       // rank 0's eager step with events
   double allreduce_bytes = 0;        // one all-reduce of the layer (0 at t = 1)
-  double allreduce_alone_s = 0;      // the same all-reduce timed alone on the same GPUs
+  // The same all-reduce timed alone on the same GPUs: prefill, one per iteration; decode, per
+  // all-reduce of a CUDA graph of 2 x layers of them back to back (as the decode step's graph
+  // launches them).
+  double allreduce_alone_s = 0;
+  double no_comm_s = 0;  // decode: the step's graph with SkippedCollectives (median)
   double check_error = 0;            // rank 0's logits against TP=1, relative L2
   std::uint64_t memory_per_gpu = 0;  // the engine's bytes on rank 0
+  // Prefill with --overlap (when the step divides into the chunks): the step in
+  // overlap_chunks chunks, each chunk's all-reduces behind the next chunk's compute (median,
+  // slowest rank), and its logits against TP=1.
+  int overlap_chunks = 0;
+  double overlap_s = 0;
+  double overlap_check_error = 0;
 };
 
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
