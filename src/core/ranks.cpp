@@ -29,6 +29,13 @@ struct RankGroup::Impl {
   std::vector<int> devices;
   bool mpi = false;  // one process per GPU: this process is rank mpi_rank of mpi_size
   int mpi_rank = 0, mpi_size = 1;
+#ifdef GPUBENCH_HAVE_MPI
+  MPI_Comm comm = MPI_COMM_NULL;  // the group's communicator (MPI_COMM_WORLD or a split of it)
+  bool own_comm = false;          // a split, freed with the group
+  ~Impl() {
+    if (own_comm) MPI_Comm_free(&comm);
+  }
+#endif
   std::vector<unsigned char> shared_bytes;  // broadcast staging (threads)
   std::mutex mu;
   std::condition_variable cv;
@@ -75,7 +82,34 @@ std::unique_ptr<RankGroup> RankGroup::over_mpi(int device) {
   g->impl_->mpi = true;
   g->impl_->mpi_rank = p.rank;
   g->impl_->mpi_size = p.size;
+#ifdef GPUBENCH_HAVE_MPI
+  g->impl_->comm = MPI_COMM_WORLD;
+#endif
   return g;
+}
+
+std::unique_ptr<RankGroup> RankGroup::over_mpi(int device, int ranks) {
+  const ProcessInfo& p = process_info();
+  if (!p.mpi) throw InputError("a process-per-GPU rank group needs an MPI launch (mpirun or srun)");
+  if (ranks < 1 || ranks > p.size)
+    throw InputError(fmt::format("a group of {} ranks out of {} MPI processes", ranks, p.size));
+#ifdef GPUBENCH_HAVE_MPI
+  const bool member = p.rank < ranks;
+  MPI_Comm split = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, p.rank, &split);
+  if (!member) return nullptr;
+  std::unique_ptr<RankGroup> g(new RankGroup());
+  g->impl_->devices = {device};
+  g->impl_->mpi = true;
+  g->impl_->mpi_rank = p.rank;  // the first `ranks` processes keep their ranks
+  g->impl_->mpi_size = ranks;
+  g->impl_->comm = split;
+  g->impl_->own_comm = true;
+  return g;
+#else
+  (void)device;
+  throw InputError("this gpubench was built without MPI");
+#endif
 }
 
 RankGroup::~RankGroup() = default;
@@ -148,7 +182,7 @@ void RankGroup::run(const std::function<void(Rank&)>& body) {
 void RankGroup::barrier() {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(impl_->comm);
     return;
   }
 #endif
@@ -158,7 +192,7 @@ void RankGroup::barrier() {
 void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {
-    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
+    MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, impl_->comm);
     return;
   }
 #endif
@@ -175,7 +209,7 @@ std::vector<double> RankGroup::all_gather(int rank, double value) {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {
     std::vector<double> out(static_cast<std::size_t>(impl_->mpi_size));
-    MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, impl_->comm);
     return out;
   }
 #endif

@@ -29,6 +29,10 @@ class RankGroup {
   // One process per GPU (an MpiSession is active): this process is rank MPI rank of MPI size,
   // on `device`.
   static std::unique_ptr<RankGroup> over_mpi(int device);
+  // The first `ranks` MPI processes as a group of their own (1 <= ranks <= the MPI size; every
+  // process must call it, it splits the communicator): this process's group, or null when this
+  // process is not among them.
+  static std::unique_ptr<RankGroup> over_mpi(int device, int ranks);
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;

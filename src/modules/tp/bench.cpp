@@ -13,6 +13,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/observe.hpp"
@@ -68,11 +69,32 @@ std::string op_kind(const std::string& op) {
   return gemms.count(op) ? "gemm" : "other";
 }
 
-std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
-                                const std::vector<int>& devices, ReferenceLogits& reference) {
-  if (t < 1 || static_cast<std::size_t>(t) > devices.size())
-    throw InputError(fmt::format("--tp: {} needs {} GPUs, {} selected", t, t, devices.size()));
-  const std::vector<int> devs(devices.begin(), devices.begin() + t);
+int mpi_device(Context& ctx) {
+  const ProcessInfo& p = process_info();
+  const std::vector<int>& gpus = ctx.gpus();
+  if (gpus.empty()) throw InputError("no GPU selected");
+  if (p.local_size > static_cast<int>(gpus.size()))
+    throw InputError(fmt::format(
+        "{} processes on this node but {} GPU(s) selected: one GPU per process", p.local_size,
+        gpus.size()));
+  return gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
+}
+
+std::unique_ptr<RankGroup> degree_group(Context& ctx, int t) {
+  const ProcessInfo& p = process_info();
+  const int have = p.mpi ? p.size : static_cast<int>(ctx.gpus().size());
+  if (t < 1 || t > have)
+    throw InputError(fmt::format("--tp: {} needs {} GPUs, {} {}", t, t, have,
+                                 p.mpi ? "processes" : "selected"));
+  if (p.mpi) return RankGroup::over_mpi(mpi_device(ctx), t);
+  return std::make_unique<RankGroup>(
+      std::vector<int>(ctx.gpus().begin(), ctx.gpus().begin() + t));
+}
+
+std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGroup& group,
+                                ReferenceLogits& reference) {
+  if (group.size() != t)
+    throw InputError(fmt::format("--tp: {} ranks for TP={}", group.size(), t));
   const ActDtype dtype = s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
   const std::int64_t H = s.model.hidden_size;
   const std::int64_t max_prompt = std::max(s.seq_lens.back(), s.contexts.back());
@@ -86,17 +108,25 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
     o.length = len;
     return o;
   };
-  RankGroup group(devs);
   // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
-  // largest prefill's all-reduce.
+  // largest prefill's all-reduce. Ranks in one process only (the copies need every rank's
+  // buffers in one address space).
   std::unique_ptr<CopyEngineGroup> copies;
   if (t > 1 && s.collectives == "copy-engine") {
-    const std::int64_t most = s.batch_sizes.back() * max_prompt * H * 2;
-    copies = std::make_unique<CopyEngineGroup>(devs, static_cast<std::size_t>(most / t + 64));
-    if (!copies->peers_ok())
-      spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives copy-engine "
-                   "runs over NCCL",
-                   fmt::join(devs, ","));
+    if (group.is_mpi()) {
+      if (process_info().rank == 0)
+        spdlog::warn("tp: --collectives copy-engine needs the ranks in one process; under "
+                     "{} it runs over NCCL",
+                     process_info().launcher);
+    } else {
+      const std::int64_t most = s.batch_sizes.back() * max_prompt * H * 2;
+      copies = std::make_unique<CopyEngineGroup>(group.devices(),
+                                                 static_cast<std::size_t>(most / t + 64));
+      if (!copies->peers_ok())
+        spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives "
+                     "copy-engine runs over NCCL",
+                     fmt::join(group.devices(), ","));
+    }
   }
   group.run([&](Rank& self) {
     ncclUniqueId id{};

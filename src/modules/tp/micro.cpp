@@ -58,18 +58,15 @@ MeasureOptions micro_options(const Context& ctx) {
 
 }  // namespace
 
-std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
-                                    const std::vector<int>& devices) {
-  if (t < 1 || static_cast<std::size_t>(t) > devices.size())
-    throw InputError(fmt::format("--tp: {} needs {} GPUs, {} selected", t, t, devices.size()));
-  const std::vector<int> devs(devices.begin(), devices.begin() + t);
+std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, RankGroup& group) {
+  if (group.size() != t)
+    throw InputError(fmt::format("--tp: {} ranks for TP={}", group.size(), t));
   const ActDtype dtype = s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
   const GemmDtype gdt = dtype == ActDtype::BF16 ? GemmDtype::Bf16 : GemmDtype::Fp16;
   const ncclDataType_t ntype = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
   const std::int64_t S = s.micro_size;
   const MeasureOptions mo = micro_options(ctx);
   std::vector<MicroOutcome> out;
-  RankGroup group(devs);
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;

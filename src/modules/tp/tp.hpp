@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/measure.hpp"
+#include "gpubench/core/ranks.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
@@ -334,11 +336,19 @@ struct Outcome {
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
 using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<double>>;
 
+// Under mpirun/srun: this process's GPU (its node-local rank among the selected GPUs);
+// InputError when the node has more processes than selected GPUs.
+int mpi_device(Context& ctx);
+// The ranks of degree t: the first t selected GPUs as threads of this process, or under
+// mpirun/srun the first t processes (every process must call it; null on the others).
+// InputError when there are fewer than t GPUs (or processes).
+std::unique_ptr<RankGroup> degree_group(Context& ctx, int t);
+
 // Runs every (batch, prompt) prefill and (batch, context) decode point of `s` at degree t on
-// `devices` (t of them, one process; or this process's one device under MPI when group is
-// given). Fills `reference` at t = 1 and checks against it otherwise.
-std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t,
-                                const std::vector<int>& devices, ReferenceLogits& reference);
+// `group` (t ranks: threads of one process, or processes under MPI). Fills `reference` at t = 1
+// and checks against it otherwise (rank 0).
+std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGroup& group,
+                                ReferenceLogits& reference);
 
 // The column/row-parallel micro-benchmark at degree t: Y = X W^T with a square W of
 // s.micro_size on t ranks, for every kind of s.micro and token count of s.micro_tokens. X and W
@@ -359,7 +369,6 @@ struct MicroOutcome {
   double flops_per_rank = 0;
   double check_error = 0;  // relative L2 against the full GEMM
 };
-std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t,
-                                    const std::vector<int>& devices);
+std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, RankGroup& group);
 
 }  // namespace gpubench::tp

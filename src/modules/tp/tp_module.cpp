@@ -10,6 +10,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
 #include "tp.hpp"
@@ -79,14 +80,21 @@ class TpModule final : public ResolvingModule<Options, Settings> {
   std::optional<std::string> unsupported(const System& system,
                                          const std::vector<int>& gpus) const override {
     if (auto why = Module::unsupported(system, gpus)) return why;
-    if (gpus.size() < 2 && trim(opts_.tp).empty())
+    const ProcessInfo& p = process_info();
+    const int n = p.mpi ? p.size : static_cast<int>(gpus.size());
+    if (n < 2 && trim(opts_.tp).empty())
       return fmt::format("tensor parallelism needs 2 or more GPUs (got {}; --tp 1 runs TP=1 alone)",
-                         gpus.size());
+                         n);
     return std::nullopt;
   }
 
+  // Under mpirun/srun: one rank per process (NCCL between them; the copy-engine collectives
+  // need one process and fall back to NCCL).
+  bool supports_mpi() const override { return true; }
+
   Report run(Context& ctx) override {
-    const int visible = static_cast<int>(ctx.gpus().size());
+    const ProcessInfo& proc = process_info();
+    const int visible = proc.mpi ? proc.size : static_cast<int>(ctx.gpus().size());
     const Settings s = resolve_settings(opts_, ctx.quick(), visible);
     effective_ = s;
     Report report;
@@ -99,11 +107,21 @@ class TpModule final : public ResolvingModule<Options, Settings> {
       degrees.insert(degrees.begin(), 1);
       report.warn("TP=1 added: speed-ups and checks are against it");
     }
+    // Under mpirun/srun every process takes part in every degree's group split; those outside
+    // a degree wait for it at a barrier of all processes.
+    std::unique_ptr<RankGroup> world;
+    if (proc.mpi) world = RankGroup::over_mpi(mpi_device(ctx));
+    report.extra["process_model"] = proc.mpi
+                                        ? fmt::format("{} (one process per GPU)", proc.launcher)
+                                        : std::string("one process, a thread per GPU");
     if (!s.micro.empty()) {
       std::map<std::pair<MicroKind, std::int64_t>, double> one;  // TP=1 GEMM time per point
       for (int t : degrees) {
         if (Context::interrupted()) break;
-        for (const MicroOutcome& o : run_micro(ctx, s, t, ctx.gpus())) {
+        std::vector<MicroOutcome> outcomes;
+        if (auto group = degree_group(ctx, t)) outcomes = run_micro(ctx, s, t, *group);
+        if (world) world->barrier();  // the processes outside this degree wait here
+        for (const MicroOutcome& o : outcomes) {
           if (t == 1 && o.status == "ok") one[{o.kind, o.tokens}] = o.compute_s;
           const auto it = one.find({o.kind, o.tokens});
           record_micro(report, s, o, it == one.end() ? 0.0 : it->second);
@@ -117,7 +135,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     std::map<int, std::vector<Outcome>> by_t;
     for (int t : degrees) {
       if (Context::interrupted()) break;
-      by_t[t] = run_degree(ctx, s, t, ctx.gpus(), reference);
+      if (auto group = degree_group(ctx, t)) by_t[t] = run_degree(ctx, s, t, *group, reference);
+      if (world) world->barrier();
     }
     for (const auto& [t, outcomes] : by_t)
       for (const Outcome& o : outcomes) record(report, s, o, base(by_t, o));
