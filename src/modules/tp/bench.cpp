@@ -100,14 +100,6 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   const std::int64_t max_prompt = std::max(s.seq_lens.back(), s.contexts.back());
   const MeasureOptions step_mo = model::engine_step_options(ctx), comm_mo = collective_options(ctx);
   std::vector<Outcome> out;
-  auto new_outcome = [t](model::Phase phase, std::int64_t batch, std::int64_t len) {
-    Outcome o;
-    o.t = t;
-    o.phase = phase;
-    o.batch = batch;
-    o.length = len;
-    return o;
-  };
   // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
   // largest prefill's all-reduce. Ranks in one process only (the copies need every rank's
   // buffers in one address space).
@@ -128,6 +120,15 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
                      fmt::join(group.devices(), ","));
     }
   }
+  auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len) {
+    Outcome o;
+    o.t = t;
+    if (copies && copies->peers_ok()) o.collectives = "copy-engine";
+    o.phase = phase;
+    o.batch = batch;
+    o.length = len;
+    return o;
+  };
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;

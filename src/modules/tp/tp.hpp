@@ -331,6 +331,7 @@ struct Outcome {
   int overlap_chunks = 0;
   double overlap_s = 0;
   double overlap_check_error = 0;
+  std::string collectives = "nccl";  // what the step's large collectives ran over
 };
 
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).

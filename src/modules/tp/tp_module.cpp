@@ -179,7 +179,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                 {"phase", model::to_string(o.phase)},
                 {"batch", o.batch},
                 {prefill ? "prompt" : "context", o.length}};
-    if (o.t > 1 && s.collectives != "nccl") r.params["collectives"] = s.collectives;
+    if (o.t > 1 && s.collectives != "nccl") r.params["collectives"] = o.collectives;
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok") {
