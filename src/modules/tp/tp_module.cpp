@@ -111,6 +111,15 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     // a degree wait for it at a barrier of all processes.
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(mpi_device(ctx));
+    // GPUs of this process without peer access: NCCL still runs (through host memory or
+    // whatever transport it finds), but slower than the links suggest.
+    const std::vector<int>& gpus = ctx.gpus();
+    for (std::size_t i = 0; i < gpus.size(); ++i)
+      for (std::size_t j = i + 1; j < gpus.size(); ++j)
+        if (const Link* l = ctx.system().link(gpus[i], gpus[j]); l && !l->p2p_access)
+          report.warn(fmt::format("GPUs {} and {} have no peer access: the run goes on over "
+                                  "whatever NCCL uses between them",
+                                  gpus[i], gpus[j]));
     report.extra["process_model"] = proc.mpi
                                         ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
