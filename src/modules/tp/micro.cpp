@@ -67,14 +67,27 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
   const std::int64_t S = s.micro_size;
   const MeasureOptions mo = micro_options(ctx);
   std::vector<MicroOutcome> out;
+  const std::int64_t max_tokens = s.micro_tokens.back();
+  // --collectives copy-engine (ranks in one process): the row-parallel all-reduces, alone and
+  // overlapped, as peer copies; the column-parallel all-gather stays on NCCL.
+  std::unique_ptr<CopyEngineGroup> copies;
+  if (t > 1 && s.collectives == "copy-engine" && !group.is_mpi())
+    copies = std::make_unique<CopyEngineGroup>(
+        group.devices(), static_cast<std::size_t>(max_tokens * S * 2 / t + 64));
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;
+    std::unique_ptr<NcclTpCollectives> nccl;
+    std::unique_ptr<CopyEngineTpCollectives> copied;
     if (t > 1) {
       if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
       group.broadcast(self.rank, &id, sizeof(id));
       comm = NcclComm(id, t, self.rank);
+      nccl = std::make_unique<NcclTpCollectives>(comm.get());
+      if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *nccl);
     }
+    model::TpCollectives* reduce =
+        copied ? static_cast<model::TpCollectives*>(copied.get()) : nccl.get();
     cudaStream_t st = self.stream->get();
     Stream side(self.device);  // the overlapped all-reduces
     CublasLtHandle handle;
@@ -82,7 +95,6 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
     GPB_CUDA_CHECK(
         cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, self.device));
     DeviceBuffer workspace(self.device, gemm_workspace_bytes(cc_major));
-    const std::int64_t max_tokens = s.micro_tokens.back();
     // Buffers for the largest point: the local X and W, Y, the gathered outputs and (rank 0) the
     // full problem for the check.
     DeviceBuffer x(self.device, static_cast<std::size_t>(max_tokens * S * 2));
@@ -122,6 +134,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
         o.t = t;
         o.tokens = tokens;
         o.collective = shape.collective;
+        if (copies && copies->peers_ok()) o.collectives = "copy-engine";
         o.comm_bytes = static_cast<double>(shape.comm_bytes);
         o.flops_per_rank = shape.flops_per_rank;
         if (self.rank == 0) spdlog::info("tp micro: {} t={} tokens {}", to_string(kind), t, tokens);
@@ -144,8 +157,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
         auto collective = [&](cudaStream_t s2) {
           if (t == 1) return;
           if (kind == MicroKind::Row)
-            GPB_NCCL_CHECK(
-                ncclAllReduce(y.get(), y.get(), y_elems, ntype, ncclSum, comm.get(), s2));
+            reduce->all_reduce(y.get(), static_cast<std::int64_t>(y_elems), dtype, s2);
           else
             GPB_NCCL_CHECK(ncclAllGather(y.get(), gathered.get(), y_elems, ntype, comm.get(), s2));
         };
@@ -154,6 +166,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
         collective(st);
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         group.barrier();
+        std::vector<double> want;  // rank 0: the full product
         if (self.rank == 0) {
           fill_weight(xf->get(), tokens, static_cast<int>(S), 0, 0, S, kSeed, kXId, 1.0f, dtype,
                       st);
@@ -161,8 +174,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
                       1.0f / std::sqrt(static_cast<float>(S)), dtype, st);
           gemm(wf->get(), xf->get(), yf->get(), S, tokens, S, st);
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-          const auto want =
-              model::to_host_values(yf->get(), static_cast<std::size_t>(tokens * S), dtype);
+          want = model::to_host_values(yf->get(), static_cast<std::size_t>(tokens * S), dtype);
           double err = 0;
           if (kind == MicroKind::Row || t == 1) {
             err =
@@ -224,12 +236,25 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
               done[static_cast<std::size_t>(i)].record(s2);
               GPB_CUDA_CHECK(
                   cudaStreamWaitEvent(side.get(), done[static_cast<std::size_t>(i)].get(), 0));
-              GPB_NCCL_CHECK(ncclAllReduce(yi, yi, static_cast<std::size_t>(rows * shape.n), ntype,
-                                           ncclSum, comm.get(), side.get()));
+              reduce->all_reduce(yi, rows * shape.n, dtype, side.get());
             }
             comm_done.record(side.get());
             GPB_CUDA_CHECK(cudaStreamWaitEvent(s2, comm_done.get(), 0));
           };
+          // Checked once (each run recomputes the chunks from X and W), then timed.
+          overlapped(st, 0);
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          group.barrier();
+          if (self.rank == 0) {
+            o.overlap_check_error =
+                relative_l2(model::to_host_values(y.get(), y_elems, dtype), want, tokens, S, 0, S);
+            if (!(o.overlap_check_error <= kCheckLimit)) {
+              o.status = "failed";
+              o.note = fmt::format("overlapped result differs from the full GEMM: relative "
+                                   "error {:.3g} (limit {})",
+                                   o.overlap_check_error, kCheckLimit);
+            }
+          }
           o.overlap_s = group.measure(self, overlapped, mo).median_s();
         }
         if (self.rank == 0) out.push_back(o);

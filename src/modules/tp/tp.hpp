@@ -369,6 +369,8 @@ struct MicroOutcome {
   double comm_bytes = 0;   // nccl-tests size of the collective
   double flops_per_rank = 0;
   double check_error = 0;  // relative L2 against the full GEMM
+  double overlap_check_error = 0;
+  std::string collectives = "nccl";  // what the row-parallel all-reduces ran over
 };
 std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, RankGroup& group);
 

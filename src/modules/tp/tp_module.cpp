@@ -255,6 +255,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                 {"kind", to_string(o.kind)},
                 {"tokens", o.tokens},
                 {"collective", o.collective}};
+    if (o.t > 1 && o.kind == MicroKind::Row && o.collectives != "nccl")
+      r.params["collectives"] = o.collectives;
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok") {
@@ -279,6 +281,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     }
     if (tp1_s > 0) r.metric("speedup", tp1_s / o.total_s, "x");
     r.metric("check_error", o.check_error, "rel");
+    if (o.overlap_s > 0) r.metric("overlapped_check_error", o.overlap_check_error, "rel");
     report.add(std::move(r));
   }
 
