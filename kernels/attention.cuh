@@ -49,13 +49,9 @@ void prefill_attention(const AttentionArgs& a, cudaStream_t stream);
 
 // Decode: one query token per sequence (q_tokens == 1) over positions 0..q_pos0. The context is
 // cut into `splits` chunks (0: chosen from the context and the SM count) whose partial softmax
-// results are merged by the last block of each (sequence, KV head) to finish: one kernel.
-// `workspace` holds decode_workspace_bytes(a, splits); its first decode_workspace_counter_bytes()
-// bytes are counters that must be zero before the first call (every call leaves them zero, so
-// one zeroing serves every later call on that workspace, of any shape it is big enough for).
-// head_dim 64 or 128; batch x heads at most 65536.
+// results are merged by a second kernel. `workspace` holds decode_workspace_bytes(a, splits).
+// head_dim 64 or 128.
 int decode_attention_splits(const AttentionArgs& a, int sm_count);
-std::size_t decode_workspace_counter_bytes();
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits);
 void decode_attention(const AttentionArgs& a, int splits, void* workspace, cudaStream_t stream);
 

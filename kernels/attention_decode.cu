@@ -4,9 +4,9 @@
 // of head_dim/8 lanes each own one key at a time (8 elements, 16 bytes, a lane) and run their own
 // online softmax. K and V rows reach the lanes through a per-thread ring of shared-memory stages
 // filled by cp.async, several steps ahead: deep memory parallelism without holding the loads in
-// registers. The lane groups are merged in the block; the chunks of a (sequence, KV head) by
-// the last of its blocks to finish (an atomic count per block column in the workspace), so a
-// decode step's attention is one kernel.
+// registers. The lane groups are merged in the block, the chunks by a second kernel (skipped
+// with one chunk), launched as a programmatic dependent of the first on sm_90+ so that its
+// launch overlaps the first kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,10 +33,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxAutoSplits = 64;
 // Chunks shorter than this cost more in per-block overhead than they win in parallelism.
 constexpr int kMinChunk = 64;
-// Largest split count decode_attention takes.
+// Largest split count decode_attention takes (the merge keeps 3 floats a chunk in shared memory).
 constexpr int kMaxSplits = 1024;
-// Most block columns (batch x heads at most) a workspace has counters for.
-constexpr int kMaxColumns = 1 << 16;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Query heads a block serves: the GQA group rounded up to 1, 2, 4 or 8 (larger groups take
@@ -65,7 +63,6 @@ struct DecodeParams {
   void* out;
   float* ws_o;   // [batch*heads*splits][D] unnormalized outputs of each chunk
   float* ws_ml;  // [batch*heads*splits][2] running max (log2 units) and sum of each chunk
-  unsigned* done;  // per block column (grid x): its chunks finished; back to 0 after the merge
   std::int64_t q_stride, kv_stride;
   int heads, kv_heads, group, hsub, max_context, keys, splits, chunk;
   float qscale;  // softmax scale * log2(e): scores in log2 units, exponentials via exp2f
@@ -294,36 +291,104 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
       }
     }
   }
-  if (p.splits == 1) return;
+}
 
-  // The last block of this column to finish merges every chunk (the threadfence-reduction
-  // pattern: each block's parts are visible device-wide before it counts itself done).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicAdd(&p.done[blockIdx.x], 1u) == static_cast<unsigned>(p.splits) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (tid == 0) p.done[blockIdx.x] = 0;  // ready for the next step (a graph replays it)
-  for (int idx = tid; idx < nh * D; idx += kThreads) {
-    const int hh = idx / D, d = idx % D;
-    const std::int64_t bh = static_cast<std::int64_t>(b) * p.heads + h0 + hh;
-    const float* ml = p.ws_ml + bh * p.splits * 2;
-    const float* o = p.ws_o + bh * p.splits * D + d;
-    // Read through L2 (__ldcg): the other blocks' parts never sat in this SM's L1.
-    float mx = -INFINITY;
-    for (int c = 0; c < p.splits; ++c)
-      if (__ldcg(ml + 2 * c + 1) > 0) mx = fmaxf(mx, __ldcg(ml + 2 * c));
-    float acc = 0, sum = 0;
-    for (int c = 0; c < p.splits; ++c) {
-      const float l = __ldcg(ml + 2 * c + 1);
-      const float w = l > 0 ? exp2f(__ldcg(ml + 2 * c) - mx) : 0.f;  // empty chunks weigh 0
-      sum += w * l;
-      acc += w * __ldcg(o + static_cast<std::int64_t>(c) * D);
-    }
-    static_cast<T*>(p.out)[bh * D + d] = from_float<T>(sum > 0 ? acc / sum : 0.f);
+// Threads of the merge kernel: many, so that each reads few chunks (its loads are L2 round
+// trips, and a long serial walk over 64 chunks costs more than the chunks themselves).
+constexpr int kMergeThreads = 512;
+
+// Max (op 0) or sum (op 1) over the block; every thread gets the result. `red` holds a value a
+// warp; the barrier at the start makes the buffer reusable right after a previous call.
+template <int OP>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+  constexpr unsigned kFull = 0xffffffffu;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float o = __shfl_xor_sync(kFull, v, off);
+    v = OP == 0 ? fmaxf(v, o) : v + o;
   }
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+  for (int i = 1; i < kMergeThreads / 32; ++i) v = OP == 0 ? fmaxf(v, red[i]) : v + red[i];
+  return v;
+}
+
+// One block per (sequence, query head): weights of the chunks from their maxima (block-wide
+// reductions), then slices of the block sum the chunks' outputs (float4 columns, 4 independent
+// loads in flight per thread) and one slice writes the normalized result. Launched as a
+// programmatic dependent of the split kernel where the device allows: it waits for the split
+// kernel's results (griddepcontrol.wait) instead of for its own launch.
+template <class T, int D>
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int C = D / 4;              // float4 columns
+  constexpr int S = kMergeThreads / C;  // slices over the chunks
+  extern __shared__ float sh[];         // weight of each chunk
+  __shared__ float4 red4[S][C];
+  __shared__ float red[kMergeThreads / 32];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const int splits = p.splits;
+  const std::int64_t bh = blockIdx.x;
+  const float* ml = p.ws_ml + bh * splits * 2;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads)
+    if (ml[2 * s + 1] > 0) mx = fmaxf(mx, ml[2 * s]);
+  mx = block_reduce<0>(mx, red);
+  float sum = 0;
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads) {
+    const float l = ml[2 * s + 1];
+    const float w = l > 0 ? exp2f(ml[2 * s] - mx) : 0.f;  // empty chunks weigh nothing
+    sh[s] = w;
+    sum += w * l;
+  }
+  sum = block_reduce<1>(sum, red);  // its barriers also publish sh[]
+
+  // Every chunk's output is finite (an empty chunk writes zeros), so zero weights need no test.
+  const int c = threadIdx.x % C, slice = threadIdx.x / C;
+  const float4* o = reinterpret_cast<const float4*>(p.ws_o + bh * splits * D) + c;
+  float4 acc = make_float4(0, 0, 0, 0);
+  int s = slice;
+  for (; s + 3 * S < splits; s += 4 * S) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = o[static_cast<std::int64_t>(s + u * S) * C];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float w = sh[s + u * S];
+      acc.x += w * v[u].x;
+      acc.y += w * v[u].y;
+      acc.z += w * v[u].z;
+      acc.w += w * v[u].w;
+    }
+  }
+  for (; s < splits; s += S) {
+    const float w = sh[s];
+    const float4 v = o[static_cast<std::int64_t>(s) * C];
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+  }
+  red4[slice][c] = acc;
+  __syncthreads();
+  if (slice != 0) return;
+  const float inv = sum > 0 ? 1.f / sum : 0.f;
+  float4 t = red4[0][c];
+#pragma unroll
+  for (int i = 1; i < S; ++i) {
+    t.x += red4[i][c].x;
+    t.y += red4[i][c].y;
+    t.z += red4[i][c].z;
+    t.w += red4[i][c].w;
+  }
+  T* out = static_cast<T*>(p.out) + bh * D + c * 4;
+  out[0] = from_float<T>(t.x * inv);
+  out[1] = from_float<T>(t.y * inv);
+  out[2] = from_float<T>(t.z * inv);
+  out[3] = from_float<T>(t.w * inv);
 }
 
 template <class T, int D, int HB>
@@ -339,6 +404,12 @@ void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   launch_pdl(decode_split_kernel<T, D, HB>, grid, kThreads, kStageBytes, stream, p);
   GPB_CHECK_LAUNCH();
+  if (p.splits > 1) {
+    // A programmatic dependent launch (pdl.cuh): the merge blocks are launched while the split
+    // kernel runs and wait in griddepcontrol.wait, which saves the launch gap.
+    launch_pdl(decode_merge_kernel<T, D>, dim3(static_cast<unsigned>(batch * p.heads)),
+               dim3(kMergeThreads), static_cast<std::size_t>(p.splits) * sizeof(float), stream, p);
+  }
 }
 
 template <class T, int D>
@@ -376,15 +447,8 @@ int decode_attention_splits(const AttentionArgs& args, int sm_count) {
   return std::clamp(std::min(fill, most), 1, kMaxAutoSplits);
 }
 
-std::size_t decode_workspace_counter_bytes() {
-  // One counter per block column (batch x kv_heads x query-head slices <= batch x heads), at
-  // the same place whatever the call's shape, so calls of other batches share them.
-  return static_cast<std::size_t>(kMaxColumns) * sizeof(unsigned);
-}
-
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits) {
-  return decode_workspace_counter_bytes() +
-         static_cast<std::size_t>(a.batch) * a.heads * splits * (2 + a.head_dim) * sizeof(float);
+  return static_cast<std::size_t>(a.batch) * a.heads * splits * (2 + a.head_dim) * sizeof(float);
 }
 
 void decode_attention(const AttentionArgs& args, int splits, void* workspace, cudaStream_t stream) {
@@ -398,8 +462,6 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
         "q_pos0 inside the cache");
   if (splits < 1 || splits > kMaxSplits)
     throw InputError("decode_attention: splits must be in 1..1024");
-  if (static_cast<std::int64_t>(a.batch) * a.heads > kMaxColumns)
-    throw InputError("decode_attention: batch x heads above 65536");
   if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || a.q_stride % 8 != 0 ||
       a.kv_stride % 8 != 0)
     throw InputError("decode_attention: q, k, v need 16-byte alignment and strides of 8 elements");
@@ -410,9 +472,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.out = a.out;
   const std::size_t o_floats =
       static_cast<std::size_t>(a.batch) * a.heads * splits * static_cast<std::size_t>(a.head_dim);
-  p.done = static_cast<unsigned*>(workspace);
-  p.ws_o = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
-                                    decode_workspace_counter_bytes());
+  p.ws_o = static_cast<float*>(workspace);
   p.ws_ml = p.ws_o + o_floats;
   p.q_stride = a.q_stride;
   p.kv_stride = a.kv_stride;

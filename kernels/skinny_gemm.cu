@@ -306,26 +306,16 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   constexpr int kStep = 32 * 8 * KU;   // k per step
   constexpr unsigned kFull = 0xffffffffu;
   const int lane = threadIdx.x % 32;
-  // RW 2: SwiGlu pairs gate row g with up row g + pair; RopeCache pairs row j of a head with row
-  // j + half of the same head (group g: head g / half, row j = g % half).
-  const std::int64_t pair = out / 2;
-  const bool rope = RW == 2 && f.epilogue == SkinnyEpilogue::RopeCache;
-  const int half = f.head_dim / 2;
+  const std::int64_t pair = out / 2;  // SwiGlu (RW 2): gate row g, up row g + pair
   const std::int64_t groups = RW == 2 ? pair : out;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kVecWarps;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kVecWarps + threadIdx.x / 32;
   auto load_step = [&](const T* const(&wr)[RW], std::int64_t k0, uint4(&wv)[RW][KU]) {
     load_w_step<T, RW, KU>(wr, k0, in, lane, wv);
   };
-  // The first of a group's W rows, and the distance to its second (RW 2).
-  auto row_of = [&](std::int64_t grp) {
-    return rope ? grp / half * f.head_dim + grp % half : grp;
-  };
-  const std::int64_t second = rope ? half : pair;
   auto rows_of = [&](std::int64_t grp, const T*(&wr)[RW]) {
-    const std::int64_t row0 = row_of(grp);
 #pragma unroll
-    for (int r = 0; r < RW; ++r) wr[r] = w + (row0 + r * second) * in + lane * 8;
+    for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
   };
   auto preload = [&](uint4(&wv)[RW][KU]) {
     const T* wr[RW];
@@ -399,35 +389,10 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
 #pragma unroll
       for (int r = 0; r < RW; ++r) acc[r] *= rstd;
     }
-    if constexpr (RW == 2) {
-      const std::int64_t r0 = row_of(grp), r1 = r0 + second;
-      const float a = to_float(from_float<T>(acc[0] + (bias ? to_float(bias[r0]) : 0.f)));
-      const float b = to_float(from_float<T>(acc[1] + (bias ? to_float(bias[r1]) : 0.f)));
-      if (!rope) {  // SwiGlu
-        y[grp] = from_float<T>(silu(a) * b);
-        return;
-      }
-      const int pos = *f.positions;
-      float y0 = a, y1 = b;
-      if (r0 < f.q_dim + f.kv_dim) {  // q or k: rotated as qkv_to_cache rotates
-        const int j = static_cast<int>(grp % half);
-        const float inv_freq = static_cast<float>(exp2(-(2.0 * j / f.head_dim) * f.log2_theta));
-        float sin_a, cos_a;
-        sincosf(static_cast<float>(pos) * inv_freq, &sin_a, &cos_a);
-        y0 = a * cos_a - b * sin_a;
-        y1 = b * cos_a + a * sin_a;
-      }
-      const T t0 = from_float<T>(y0), t1 = from_float<T>(y1);
-      y[r0] = t0;
-      y[r1] = t1;
-      if (r0 >= f.q_dim) {  // k or v: into the cache row of this position
-        const bool is_k = r0 < f.q_dim + f.kv_dim;
-        T* cache = static_cast<T*>(is_k ? f.k_cache : f.v_cache) +
-                   static_cast<std::int64_t>(pos) * f.kv_dim;
-        const std::int64_t c0 = r0 - f.q_dim - (is_k ? 0 : f.kv_dim);
-        cache[c0] = t0;
-        cache[c0 + half] = t1;
-      }
+    if constexpr (RW == 2) {  // SwiGlu
+      const float g = to_float(from_float<T>(acc[0] + (bias ? to_float(bias[grp]) : 0.f)));
+      const float u = to_float(from_float<T>(acc[1] + (bias ? to_float(bias[grp + pair]) : 0.f)));
+      y[grp] = from_float<T>(silu(g) * u);
       return;
     }
     float v = acc[0] + (bias ? to_float(bias[grp]) : 0.f);
@@ -495,7 +460,7 @@ template <class T>
 void launch_fused(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                   std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
   const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
-  if (f.epilogue == SkinnyEpilogue::SwiGlu || f.epilogue == SkinnyEpilogue::RopeCache) {
+  if (f.epilogue == SkinnyEpilogue::SwiGlu) {
     if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
     return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, f, stream);
   }
@@ -550,13 +515,6 @@ bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
                              const SkinnyFusion& fusion) {
   if (!skinny_gemm_supported(rows, in) || rows > skinny_fusion_max_rows()) return false;
   if (fusion.epilogue == SkinnyEpilogue::SwiGlu && out % 2 != 0) return false;
-  if (fusion.epilogue == SkinnyEpilogue::RopeCache) {
-    const SkinnyFusion& f = fusion;
-    if (f.head_dim < 2 || f.head_dim % 2 != 0 || f.q_dim <= 0 || f.kv_dim <= 0 ||
-        f.q_dim % f.head_dim != 0 || f.kv_dim % f.head_dim != 0 ||
-        out != f.q_dim + 2 * f.kv_dim || !f.positions || !f.k_cache || !f.v_cache)
-      return false;
-  }
   return fusion.prologue == SkinnyPrologue::None || fusion.norm_weight != nullptr;
 }
 
@@ -569,8 +527,7 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
   if ((norm || fusion.epilogue != SkinnyEpilogue::None) &&
       !skinny_fusion_supported(rows, out, in, fusion))
     throw InputError(
-        "skinny_gemm: fusions need one row, an even `out` for SwiGLU, the norm's weight, and "
-        "for RoPE whole heads, the position and the caches");
+        "skinny_gemm: fusions need one row, an even `out` for SwiGLU and the norm's weight");
   if (!aligned16(x) || !aligned16(w) || !aligned16(y) || (norm && !aligned16(fusion.norm_weight)))
     throw InputError("skinny_gemm: x, w, y and the norm's weight must be 16-byte aligned");
   if (out == 0) return;

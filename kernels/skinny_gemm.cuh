@@ -41,13 +41,6 @@ enum class SkinnyEpilogue {
   // W holds 2*I rows (the gate projection's I rows above the up projection's) and Y [1, I]:
   // Y[g] = round(silu(round(gate_g)) * round(up_g)), gate_g and up_g with their biases.
   SwiGlu,
-  // W is the fused qkv projection (q heads, then k heads, then v heads, head_dim rows each) and
-  // Y the qkv row. Rows j and j + head_dim/2 of each head are computed together and rounded;
-  // q and k pairs are rotated by RoPE at position *positions (as qkv_to_cache rotates them),
-  // then q and k are written to Y, and k and v also to row *positions of k_cache and v_cache
-  // ([max_context, kv_dim], the first sequence's cache). RoPE and the cache write of a batch-1
-  // decode step without a kernel of their own.
-  RopeCache,
 };
 struct SkinnyFusion {
   SkinnyPrologue prologue = SkinnyPrologue::None;
@@ -60,13 +53,6 @@ struct SkinnyFusion {
   // stream. With one row of X it takes the fused kernel, which leaves room on each SM for the
   // next kernel to do the same; more rows ignore it.
   bool weights_ready = false;
-  // RopeCache: the position (a device int32), the heads' shape, RoPE's log2(theta), the caches.
-  const std::int32_t* positions = nullptr;
-  int head_dim = 0;
-  std::int64_t q_dim = 0, kv_dim = 0;
-  double log2_theta = 0;
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
 };
 
 // Most rows a fused call takes.
@@ -79,8 +65,7 @@ bool skinny_gemm_supported(int rows, std::int64_t in);
 
 // Whether skinny_gemm takes `fusion`'s prologue and epilogue for this shape: rows <=
 // skinny_fusion_max_rows(), the norm's weight given for the RMSNorm prologue, an even `out` for
-// SwiGlu, for RopeCache an even head_dim, out = q_dim + 2 kv_dim in whole heads, the positions
-// and both caches given.
+// SwiGlu.
 bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
                              const SkinnyFusion& fusion);
 

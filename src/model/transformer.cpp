@@ -271,7 +271,6 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   probe.heads = shard_.heads;
   probe.head_dim = m.head_dim;
   attn_ws_ = alloc(decode_workspace_bytes(probe, 64), &memory_.workspace);
-  GPB_CUDA_CHECK(cudaMemsetAsync(attn_ws_.get(), 0, decode_workspace_counter_bytes(), s));
   int cc_major = 0;
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_));
   workspace_ = alloc(gemm_workspace_bytes(cc_major), &memory_.workspace);
@@ -403,24 +402,6 @@ SkinnyFusion Transformer::norm_fusion(const void* weight) const {
   return f;
 }
 
-bool Transformer::rope_in_qkv() const {
-  return model_.positions == Positions::Rope && !model_.qk_norm;
-}
-
-SkinnyFusion Transformer::qkv_fusion(const Layer& L, const Rows& r) const {
-  SkinnyFusion f = norm_fusion(L.in_norm_w);
-  if (!rope_in_qkv()) return f;
-  f.epilogue = SkinnyEpilogue::RopeCache;
-  f.positions = positions_.as<std::int32_t>() + r.row0;
-  f.head_dim = model_.head_dim;
-  f.q_dim = shard_.q_dim;
-  f.kv_dim = shard_.kv_dim;
-  f.log2_theta = std::log2(model_.rope_theta);
-  f.k_cache = cache_ptr(L.k_cache, r);
-  f.v_cache = cache_ptr(L.v_cache, r);
-  return f;
-}
-
 SkinnyFusion Transformer::residual_fusion() const {
   SkinnyFusion f;
   f.epilogue = SkinnyEpilogue::Residual;
@@ -449,7 +430,7 @@ bool Transformer::fusable(std::int64_t rows) const {
   const Layer& L = *layer_.front();
   const int r = static_cast<int>(rows);
   return skinny_fusion_supported(r, shard_.q_dim + 2 * shard_.kv_dim, m.hidden_size,
-                                 qkv_fusion(L, Rows{0, rows, 0, 1, 1, 0})) &&
+                                 norm_fusion(L.in_norm_w)) &&
          skinny_fusion_supported(r, m.hidden_size, shard_.q_dim, residual_fusion()) &&
          skinny_fusion_supported(r, m.gated_mlp ? 2 * shard_.intermediate : shard_.intermediate,
                                  m.hidden_size, up_fusion(L.post_norm_w)) &&
@@ -635,10 +616,8 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   const Layer& L = *layer_[static_cast<std::size_t>(l)];
   const std::int64_t H = m.hidden_size, Q = shard_.q_dim, I = shard_.intermediate;
   const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
-  // The input norm in its prologue; RoPE and the K/V cache write in its epilogue where the
-  // model has no per-head q/k norm between them (rope_in_qkv).
-  const SkinnyFusion qkv = qkv_fusion(L, r);
-  linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), r.rows, W, H, stream, &qkv);
+  const SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
+  linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), r.rows, W, H, stream, &in_norm);
   // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).
   attention_part(l, r, decode, stream);
   const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
@@ -687,7 +666,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   }
   unsigned char* const k_cache = cache_ptr(L.k_cache, r);
   unsigned char* const v_cache = cache_ptr(L.v_cache, r);
-  if (!(fused_ && rope_in_qkv())) {  // else the fused qkv GEMV has done it
+  {
     // RoPE on q and k, k and v into the caches: one kernel.
     const bool rotary = m.positions == Positions::Rope;
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);

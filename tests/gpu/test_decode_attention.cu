@@ -2,9 +2,8 @@
 // seeded random data: contexts from 1 to 5000 keys, grouped-query heads (groups of 1, 3, 4 and
 // 16, which take the padded and the multi-block head paths), batch 1 and 3, head_dim 64 and 128,
 // bf16 and fp16, strided q and caches as in the engine's fused qkv buffer, several split counts,
-// the chunks merged by the last block of each column (its counters reset for the next call), on
-// the default stream and on a created stream (a programmatic dependent launch), and a run
-// captured in a CUDA graph and replayed. A last test prints the K/V read bandwidth of the
+// the merge kernel on the default stream and as a programmatic dependent launch on a created
+// stream, and a run captured in a CUDA graph. A last test prints the K/V read bandwidth of the
 // decode shapes of a 7B model (no bound asserted: it is for the record).
 #include <gtest/gtest.h>
 
@@ -93,14 +92,13 @@ struct Buffers {
 };
 
 // Runs decode_attention with `splits` chunks and counts outputs off the reference `want`. On
-// the legacy default stream, or on a created stream (where sm_90+ launches the kernel as a
-// programmatic dependent launch).
+// the legacy default stream, or on a created stream (where sm_90+ launches the merge kernel as a
+// programmatic dependent of the split kernel).
 int wrong_outputs(Buffers& bufs, int splits, const std::vector<std::uint16_t>& want,
                   bool own_stream = false) {
   DeviceBuffer ws(kGpu, std::max<std::size_t>(decode_workspace_bytes(bufs.args, splits), 16));
   GPB_CUDA_CHECK(cudaMemset(bufs.out.get(), 0xFF, bufs.out_elems * 2));  // NaN
   GPB_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, ws.bytes()));  // NaN: every chunk must write its part
-  GPB_CUDA_CHECK(cudaMemset(ws.get(), 0, decode_workspace_counter_bytes()));  // but the counters
   Stream stream(kGpu);
   decode_attention(bufs.args, splits, ws.get(), own_stream ? stream.get() : nullptr);
   stream.synchronize();
@@ -166,9 +164,8 @@ TEST(DecodeAttention, CapturedInGraph) {
   attention_reference(bufs.args, nullptr);
   const auto want = to_host(bufs.out.get(), bufs.out_elems);
   const int splits = decode_attention_splits(bufs.args, sm_count());
-  ASSERT_GT(splits, 1);  // the merge by the last block, and its counters' reset, replayed
+  ASSERT_GT(splits, 1);  // the merge kernel is part of the graph
   DeviceBuffer ws(kGpu, decode_workspace_bytes(bufs.args, splits));
-  GPB_CUDA_CHECK(cudaMemset(ws.get(), 0, decode_workspace_counter_bytes()));
   GPB_CUDA_CHECK(cudaMemset(bufs.out.get(), 0xFF, bufs.out_elems * 2));
   Stream stream(kGpu);
   CudaGraph graph;
@@ -266,7 +263,6 @@ TEST(DecodeAttention, ReportBandwidth) {
     a.out = out.get();
     const int splits = decode_attention_splits(a, sms);
     DeviceBuffer ws(kGpu, std::max<std::size_t>(decode_workspace_bytes(a, splits), 16));
-    GPB_CUDA_CHECK(cudaMemset(ws.get(), 0, decode_workspace_counter_bytes()));
     auto run = [&](int i) {
       a.k = k.as<unsigned char>() + (i % copies) * cache_bytes;
       a.v = v.as<unsigned char>() + (i % copies) * cache_bytes;

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <tuple>
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
@@ -239,119 +238,8 @@ const char* name_of(SkinnyEpilogue e) {
       return "gelu_tanh";
     case SkinnyEpilogue::SwiGlu:
       return "swiglu";
-    case SkinnyEpilogue::RopeCache:
-      return "rope_cache";
   }
   return "?";
-}
-
-// RopeCache: the fused qkv GEMV of a batch-1 decode step (here with the RMSNorm prologue and a
-// bias) against the host: each output rounded, q and k pairs rotated at `pos` with the angles
-// computed as the kernel computes them (float inv_freq and product), then rounded again; k and v
-// also in row `pos` of the caches, and no other cache row written.
-int wrong_rope_cache(SkinnyDtype dt, int heads, int kv_heads, int head_dim, std::int64_t in,
-                     int pos, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const std::int64_t q_dim = std::int64_t{heads} * head_dim, kv_dim = std::int64_t{kv_heads} * head_dim;
-  const std::int64_t out = q_dim + 2 * kv_dim;
-  const int max_context = pos + 2;
-  const HostArray x(dt, static_cast<std::size_t>(in), 1.0f, rng);
-  const HostArray w(dt, static_cast<std::size_t>(out * in), 1.0f / std::sqrt(float(in)), rng);
-  const HostArray bias(dt, static_cast<std::size_t>(out), 0.5f, rng);
-  const HostArray nw(dt, static_cast<std::size_t>(in), 1.0f, rng);
-  double squares = 0;
-  for (double v : x.values) squares += v * v;
-  const double rstd = 1.0 / std::sqrt(squares / static_cast<double>(in) + 1e-5);
-  const double theta = 10000.0;
-  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits),
-               dnw = upload(nw.bits);
-  DeviceBuffer dy(kGpu, static_cast<std::size_t>(out) * 2);
-  const std::size_t cache_elems = static_cast<std::size_t>(max_context) * kv_dim;
-  DeviceBuffer kc(kGpu, cache_elems * 2), vc(kGpu, cache_elems * 2);
-  for (DeviceBuffer* b : {&dy, &kc, &vc}) GPB_CUDA_CHECK(cudaMemset(b->get(), 0xFF, b->bytes()));
-  const std::int32_t pos32 = pos;
-  DeviceBuffer dpos(kGpu, 16);
-  GPB_CUDA_CHECK(cudaMemcpy(dpos.get(), &pos32, sizeof(pos32), cudaMemcpyHostToDevice));
-  SkinnyFusion f;
-  f.prologue = SkinnyPrologue::RmsNorm;
-  f.norm_weight = dnw.get();
-  f.eps = 1e-5f;
-  f.epilogue = SkinnyEpilogue::RopeCache;
-  f.positions = dpos.as<std::int32_t>();
-  f.head_dim = head_dim;
-  f.q_dim = q_dim;
-  f.kv_dim = kv_dim;
-  f.log2_theta = std::log2(theta);
-  f.k_cache = kc.get();
-  f.v_cache = vc.get();
-  Stream stream(kGpu);
-  skinny_gemm(dx.get(), dw.get(), db.get(), dy.get(), 1, out, in, dt, stream.get(), f);
-  stream.synchronize();
-  auto fetch = [](const DeviceBuffer& b, std::size_t n) {
-    std::vector<std::uint16_t> h(n);
-    GPB_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
-    return h;
-  };
-  const auto y = fetch(dy, static_cast<std::size_t>(out));
-  const auto kh = fetch(kc, cache_elems), vh = fetch(vc, cache_elems);
-
-  const double rel = dt == SkinnyDtype::BF16 ? 0x1.0p-7 : 0x1.0p-9;
-  auto round_host = [&](double v) { return from_bits(dt, to_bits(dt, float(v))); };
-  auto product = [&](std::int64_t o, double* tol) {
-    double ref = bias.values[static_cast<std::size_t>(o)], mag = 0;
-    for (std::int64_t k = 0; k < in; ++k) {
-      const double t = x.values[k] * rstd * nw.values[k] * w.values[o * in + k];
-      ref += t;
-      mag += std::fabs(t);
-    }
-    *tol = rel * std::fabs(ref) + 1e-4 * mag + 1e-6;
-    return ref;
-  };
-  int wrong = 0;
-  auto check = [&](const char* what, std::int64_t o, std::uint16_t got_bits, double want,
-                   double tol) {
-    const double got = from_bits(dt, got_bits);
-    const bool ok = std::fabs(got - want) <= tol;
-    if (!ok && wrong < 5)
-      ADD_FAILURE() << what << " " << o << ": got " << got << " want " << want << " (tolerance "
-                    << tol << ")";
-    wrong += !ok;
-  };
-  const int half = head_dim / 2;
-  for (std::int64_t r0 = 0; r0 < out; ++r0) {
-    if (r0 % head_dim >= half) continue;  // the first row of each pair
-    const std::int64_t r1 = r0 + half;
-    double ta = 0, tb = 0;
-    const double a = round_host(product(r0, &ta)), b = round_host(product(r1, &tb));
-    double y0 = a, y1 = b, tol0 = ta + rel * std::fabs(a), tol1 = tb + rel * std::fabs(b);
-    if (r0 < q_dim + kv_dim) {
-      const int j = static_cast<int>(r0 % head_dim);
-      const float inv = static_cast<float>(std::exp2(-(2.0 * j / head_dim) * std::log2(theta)));
-      const double angle = static_cast<double>(static_cast<float>(pos) * inv);
-      const double c = std::cos(angle), sn = std::sin(angle);
-      y0 = a * c - b * sn;
-      y1 = b * c + a * sn;
-      const double t = tol0 + tol1 + 1e-5 * (std::fabs(a) + std::fabs(b));
-      tol0 = t + rel * std::fabs(y0);
-      tol1 = t + rel * std::fabs(y1);
-    }
-    check("qkv", r0, y[static_cast<std::size_t>(r0)], y0, tol0);
-    check("qkv", r1, y[static_cast<std::size_t>(r1)], y1, tol1);
-    if (r0 >= q_dim) {
-      const bool is_k = r0 < q_dim + kv_dim;
-      const auto& cache = is_k ? kh : vh;
-      const std::int64_t c0 = r0 - q_dim - (is_k ? 0 : kv_dim);
-      const std::size_t row = static_cast<std::size_t>(pos) * kv_dim;
-      check(is_k ? "k cache" : "v cache", c0, cache[row + c0], y0, tol0);
-      check(is_k ? "k cache" : "v cache", c0 + half, cache[row + c0 + half], y1, tol1);
-    }
-  }
-  // Nothing but row `pos` of the caches is written (0xFFFF: untouched).
-  for (std::size_t i = 0; i < cache_elems; ++i) {
-    if (i / kv_dim == static_cast<std::size_t>(pos)) continue;
-    wrong += kh[i] != 0xFFFF || vh[i] != 0xFFFF;
-  }
-  return wrong;
 }
 
 }  // namespace
@@ -390,18 +278,6 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
   EXPECT_EQ(cases, 2 * 1 * 4 * 2 * 6);
 }
 
-TEST(SkinnyGemm, RopeCacheMatchesHostReference) {
-  DeviceGuard guard(kGpu);
-  std::uint64_t seed = 500;
-  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-    for (const auto& [heads, kv_heads, head_dim, in, pos] :
-         {std::tuple{4, 2, 128, std::int64_t{520}, 0}, std::tuple{32, 32, 128, std::int64_t{4096}, 3001},
-          std::tuple{8, 1, 64, std::int64_t{264}, 77}, std::tuple{28, 4, 128, std::int64_t{1536}, 8191}})
-      EXPECT_EQ(wrong_rope_cache(dt, heads, kv_heads, head_dim, in, pos, ++seed), 0)
-          << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " heads " << heads << "/" << kv_heads
-          << " d " << head_dim << " in " << in << " pos " << pos;
-}
-
 TEST(SkinnyGemm, FusionArguments) {
   alignas(16) static std::uint16_t buf[64];
   SkinnyFusion norm;
@@ -418,21 +294,6 @@ TEST(SkinnyGemm, FusionArguments) {
   SkinnyFusion no_weight = norm;
   no_weight.norm_weight = nullptr;
   EXPECT_FALSE(skinny_fusion_supported(1, 8, 64, no_weight));
-  SkinnyFusion rope;
-  rope.epilogue = SkinnyEpilogue::RopeCache;
-  rope.positions = reinterpret_cast<const std::int32_t*>(buf);
-  rope.head_dim = 128;
-  rope.q_dim = 512;
-  rope.kv_dim = 256;
-  rope.k_cache = rope.v_cache = buf;
-  EXPECT_TRUE(skinny_fusion_supported(1, 1024, 64, rope));
-  EXPECT_FALSE(skinny_fusion_supported(1, 1152, 64, rope));  // out != q + 2 kv
-  SkinnyFusion partial_head = rope;
-  partial_head.kv_dim = 200;
-  EXPECT_FALSE(skinny_fusion_supported(1, 912, 64, partial_head));  // kv not in whole heads
-  SkinnyFusion no_cache = rope;
-  no_cache.v_cache = nullptr;
-  EXPECT_FALSE(skinny_fusion_supported(1, 1024, 64, no_cache));
   // Refused before anything is launched (host pointers are never touched).
   EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 2, 8, 8, SkinnyDtype::BF16, nullptr, swiglu),
                InputError);

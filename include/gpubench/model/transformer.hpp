@@ -240,10 +240,6 @@ class Transformer {
   // as its epilogue; the MLP's up GEMV: the post-attention norm and the model's activation.
   SkinnyFusion norm_fusion(const void* weight) const;
   SkinnyFusion residual_fusion() const;
-  // Whether a fused step's qkv GEMV also applies RoPE and writes the K/V cache (RoPE models
-  // without a per-head q/k norm), and that GEMV's fusion for layer L and rows r.
-  bool rope_in_qkv() const;
-  SkinnyFusion qkv_fusion(const Layer& L, const Rows& r) const;
   SkinnyFusion up_fusion(const void* post_norm_weight) const;
   // Whether a step of `rows` rows runs fused (EngineOptions::fuse_small_steps).
   bool fusable(std::int64_t rows) const;
