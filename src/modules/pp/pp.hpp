@@ -4,7 +4,8 @@
 // the GPU runs will rest on. Options and their checks, stage balancing, the three schedules as
 // per-stage operation orders, a simulator that turns an order and operation times into
 // timelines (bubble fraction, peak activations, exposed transfers), the theory it is compared
-// with, parallel layouts, and the Chrome trace of a timeline.
+// with, a training stage's work per microbatch (FLOPs forward and backward, saved activations,
+// transfers), parallel layouts, and the Chrome trace of a timeline.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -132,6 +133,48 @@ Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
 // least 1. InputError when p < 1 or p > layers.
 std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, double first_extra_s,
                                 double last_extra_s);
+
+// ---------------------------------------------------------------------------------------------
+// A training stage's work (training.cpp): what the GPU runner will run for one microbatch and
+// what its measurements are compared with
+
+// A linear layer of a decoder layer: Y[rows, out] = X[rows, in] W^T.
+struct Linear {
+  std::string name;  // "qkv", "attn_out", "mlp_gate_up" (gated) or "mlp_up", "mlp_down"
+  std::int64_t out = 0, in = 0;
+};
+// The decoder layer's linear layers in forward order (no tensor parallelism).
+std::vector<Linear> layer_linears(const model::ModelConfig& m);
+
+// One microbatch through `layers` decoder layers of a stage (plus, on the last stage, the final
+// norm and the LM head of every position), rows = sequences x seq_len tokens in all
+// (microbatch sequences x seq_len):
+//   forward: 2 rows out in per linear, attention 4 x heads x head_dim x causal pairs;
+//   backward: per linear the input gradient dX = dY W and the weight gradient dW = dY^T X, twice
+//     the forward GEMM FLOPs; attention's backward stood in for by 2.5 x its forward FLOPs (a
+//     flash-attention backward recomputes the scores and runs five GEMMs to the forward's two);
+//   saved activations (what backward needs, kept from a microbatch's forward to its backward):
+//     per layer the input of each linear (normed x, attention output, post-norm x, activation),
+//     the layer input (for the norm's backward), q, k, v, the gate/up output, and one fp32
+//     log-sum-exp per head and row; on the last stage the final norm's input;
+//   transfer: the activations sent to the next stage (rows x hidden), or the gradient sent back.
+// The LM head's forward and gradient FLOPs count on the last stage (2 rows vocab hidden, x3).
+struct StageWork {
+  double forward_flops = 0, backward_flops = 0;
+  double forward_gemm_flops = 0, attention_flops = 0;  // parts of forward_flops
+  double backward_attention_flops = 0;                 // the stand-in, part of backward_flops
+  std::uint64_t saved_bytes = 0;                       // per microbatch in flight
+  std::uint64_t transfer_bytes = 0;                    // per microbatch, each way
+};
+// (The first stage's embedding is a lookup: no FLOPs, and nothing saved.) InputError when
+// layers < 1, sequences < 1, seq_len < 1 or elem_bytes not 1, 2 or 4.
+StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
+                     std::int64_t seq_len, int elem_bytes);
+
+// Peak saved activations of a stage under a schedule: the most microbatch-chunks in flight
+// (Timeline::peak_in_flight) times one microbatch's saved bytes. GPipe holds all m, 1F1B at most
+// p - stage: the bound is 1F1B <= (p / m) x GPipe (+10%).
+std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight);
 
 // ---------------------------------------------------------------------------------------------
 // Parallel layouts

@@ -1,0 +1,65 @@
+// The work of a pipeline-parallel training stage for one microbatch: FLOPs forward and backward
+// (real gradient GEMMs; attention's backward by a stand-in of 2.5x its forward FLOPs), the
+// activations it keeps for backward, the bytes it sends to its neighbours.
+#include <fmt/format.h>
+
+#include "gpubench/core/errors.hpp"
+#include "pp.hpp"
+
+namespace gpubench::pp {
+
+std::vector<Linear> layer_linears(const model::ModelConfig& m) {
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  return {{"qkv", Q + 2 * KV, H},
+          {"attn_out", H, Q},
+          {m.gated_mlp ? "mlp_gate_up" : "mlp_up", m.gated_mlp ? 2 * I : I, H},
+          {"mlp_down", H, I}};
+}
+
+StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
+                     std::int64_t seq_len, int elem_bytes) {
+  if (layers < 1 || sequences < 1 || seq_len < 1)
+    throw InputError(fmt::format("stage work: layers {}, sequences {} and seq_len {} must be >= 1",
+                                 layers, sequences, seq_len));
+  if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
+    throw InputError(fmt::format("stage work: element size {} is not 1, 2 or 4", elem_bytes));
+  const double rows = static_cast<double>(sequences) * static_cast<double>(seq_len);
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  StageWork w;
+  double gemm = 0;
+  for (const Linear& l : layer_linears(m)) gemm += 2.0 * rows * l.out * l.in;
+  // Causal pairs per sequence: each query attends to itself and every earlier token.
+  const double pairs = static_cast<double>(seq_len) * static_cast<double>(seq_len + 1) / 2.0;
+  const double attention =
+      4.0 * static_cast<double>(sequences) * m.num_heads * m.head_dim * pairs;
+  w.forward_gemm_flops = layers * gemm;
+  w.attention_flops = layers * attention;
+  w.backward_attention_flops = 2.5 * w.attention_flops;
+  w.forward_flops = w.forward_gemm_flops + w.attention_flops;
+  w.backward_flops = 2.0 * w.forward_gemm_flops + w.backward_attention_flops;
+  if (last) {  // the LM head over every position, forward and its two gradients
+    const double head = 2.0 * rows * m.vocab_size * H;
+    w.forward_flops += head;
+    w.backward_flops += 2.0 * head;
+  }
+
+  // Saved per layer and row: the layer input, the normed input of qkv, q k v, the attention
+  // output, the post-attention normed input, the gate/up output and the activation; plus one
+  // fp32 log-sum-exp per head.
+  const std::int64_t per_row = H + H + (Q + 2 * KV) + Q + H + (m.gated_mlp ? 2 * I : I) + I;
+  const double layer_bytes = rows * (static_cast<double>(per_row) * elem_bytes +
+                                     static_cast<double>(m.num_heads) * 4.0);
+  double saved = layers * layer_bytes;
+  if (last) saved += rows * static_cast<double>(H) * elem_bytes;  // the final norm's input
+  w.saved_bytes = static_cast<std::uint64_t>(saved);
+  w.transfer_bytes = static_cast<std::uint64_t>(rows * static_cast<double>(H) * elem_bytes);
+  return w;
+}
+
+std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight) {
+  if (in_flight < 0)
+    throw InputError(fmt::format("microbatches in flight {} must not be negative", in_flight));
+  return w.saved_bytes * static_cast<std::uint64_t>(in_flight);
+}
+
+}  // namespace gpubench::pp

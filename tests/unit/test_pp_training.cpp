@@ -1,0 +1,97 @@
+// The pipeline stage's training work per microbatch: linear shapes, forward and backward FLOPs
+// (gradient GEMMs twice the forward's, attention's stand-in 2.5x), saved activations, transfers,
+// and the peak saved activations of GPipe against 1F1B.
+#include <gtest/gtest.h>
+
+#include "../../src/modules/pp/pp.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/model/cost.hpp"
+#include "gpubench/model/presets.hpp"
+
+using namespace gpubench;
+using namespace gpubench::pp;
+
+TEST(PpTraining, Llama7bLinears) {
+  const auto l = layer_linears(model::load_preset("llama-2-7b"));
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[0].name, "qkv");
+  EXPECT_EQ(l[0].out, 3 * 4096);
+  EXPECT_EQ(l[0].in, 4096);
+  EXPECT_EQ(l[1].name, "attn_out");
+  EXPECT_EQ(l[2].name, "mlp_gate_up");
+  EXPECT_EQ(l[2].out, 2 * 11008);
+  EXPECT_EQ(l[3].name, "mlp_down");
+  EXPECT_EQ(l[3].in, 11008);
+  // Grouped-query attention and an ungated MLP.
+  const auto q = layer_linears(model::load_preset("llama-3-8b"));
+  EXPECT_EQ(q[0].out, 4096 + 2 * 1024);
+  const auto o = layer_linears(model::load_preset("opt-1.3b"));
+  EXPECT_EQ(o[2].name, "mlp_up");
+  EXPECT_EQ(o[2].out, 8192);
+}
+
+TEST(PpTraining, StageWorkByHand) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  const double rows = 2 * 1024;
+  const StageWork w = stage_work(m, 3, false, 2, 1024, 2);
+  const double gemm = 2 * rows * (12288.0 * 4096 + 4096.0 * 4096 + 22016.0 * 4096 + 4096.0 * 11008);
+  const double attention = 4.0 * 2 * 32 * 128 * (1024.0 * 1025 / 2);
+  EXPECT_DOUBLE_EQ(w.forward_gemm_flops, 3 * gemm);
+  EXPECT_DOUBLE_EQ(w.attention_flops, 3 * attention);
+  EXPECT_DOUBLE_EQ(w.forward_flops, 3 * (gemm + attention));
+  EXPECT_DOUBLE_EQ(w.backward_attention_flops, 2.5 * 3 * attention);
+  EXPECT_DOUBLE_EQ(w.backward_flops, 3 * (2 * gemm + 2.5 * attention));
+  const double per_row = (4096 * 3 + 12288 + 4096 + 22016 + 11008) * 2.0 + 32 * 4;
+  EXPECT_EQ(w.saved_bytes, static_cast<std::uint64_t>(3 * rows * per_row));
+  EXPECT_EQ(w.transfer_bytes, static_cast<std::uint64_t>(rows * 4096 * 2));
+  // The last stage adds the LM head (and keeps the final norm's input).
+  const StageWork l = stage_work(m, 3, true, 2, 1024, 2);
+  const double head = 2 * rows * 32000.0 * 4096;
+  EXPECT_DOUBLE_EQ(l.forward_flops, w.forward_flops + head);
+  EXPECT_DOUBLE_EQ(l.backward_flops, w.backward_flops + 2 * head);
+  EXPECT_EQ(l.saved_bytes, w.saved_bytes + static_cast<std::uint64_t>(rows * 4096 * 2));
+}
+
+// The forward counts agree with the seqlen cost model's prefill of the same tokens.
+TEST(PpTraining, ForwardMatchesTheCostModel) {
+  for (const char* name : {"llama-2-7b", "llama-3-8b", "qwen2.5-7b"}) {
+    const model::ModelConfig m = model::load_preset(name);
+    const StageWork w = stage_work(m, 1, false, 3, 512, 2);
+    double gemm = 0, attention = 0;
+    for (const auto& op : model::layer_ops(m, model::Phase::Prefill, 3, 512, 0, 2)) {
+      if (op.kind == model::OpKind::Gemm) gemm += op.flops;
+      if (op.kind == model::OpKind::Attention) attention += op.flops;
+    }
+    // The cost model counts biases (rows x out each): within 0.1% for the Qwen qkv bias.
+    EXPECT_NEAR(w.forward_gemm_flops, gemm, 1e-3 * gemm) << name;
+    EXPECT_DOUBLE_EQ(w.attention_flops, attention) << name;
+  }
+}
+
+// The memory bound: 1F1B's peak saved activations on a stage at most p/m of GPipe's.
+TEST(PpTraining, OneFOneBHoldsPOverMOfGPipe) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  const StageWork w = stage_work(m, 8, false, 1, 1024, 2);
+  for (int p : {2, 4})
+    for (int mb : {4, 8, 16}) {
+      OpTimes t;
+      t.forward_s.assign(static_cast<std::size_t>(p), 1.0);
+      t.backward_s.assign(static_cast<std::size_t>(p), 2.0);
+      const Timeline g = simulate(Schedule::GPipe, p, mb, 1, t);
+      const Timeline f = simulate(Schedule::OneFOneB, p, mb, 1, t);
+      const double gpipe = static_cast<double>(peak_saved_bytes(w, g.peak_in_flight[0]));
+      const double one_f = static_cast<double>(peak_saved_bytes(w, f.peak_in_flight[0]));
+      EXPECT_EQ(gpipe, static_cast<double>(w.saved_bytes) * mb);
+      EXPECT_LE(one_f, 1.1 * static_cast<double>(p) / mb * gpipe) << "p " << p << " m " << mb;
+    }
+}
+
+TEST(PpTraining, BadInput) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  EXPECT_THROW(stage_work(m, 0, false, 1, 1, 2), InputError);
+  EXPECT_THROW(stage_work(m, 1, false, 0, 1, 2), InputError);
+  EXPECT_THROW(stage_work(m, 1, false, 1, 0, 2), InputError);
+  EXPECT_THROW(stage_work(m, 1, false, 1, 1, 3), InputError);
+  EXPECT_THROW(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), -1), InputError);
+  EXPECT_EQ(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), 0), 0u);
+}
