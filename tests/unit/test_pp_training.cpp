@@ -95,3 +95,24 @@ TEST(PpTraining, BadInput) {
   EXPECT_THROW(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), -1), InputError);
   EXPECT_EQ(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), 0), 0u);
 }
+
+// Inference stages: equal layers (the LM head of the last positions is small), every layer once.
+TEST(PpInference, StageLayers) {
+  Options o;
+  o.pp = "2";
+  Settings s = resolve_settings(o, false, 0);
+  EXPECT_EQ(inference_stage_layers(s, 2), (std::vector<int>{16, 16}));
+  EXPECT_EQ(inference_stage_layers(s, 4), (std::vector<int>{8, 8, 8, 8}));
+  o.layers = 6;
+  s = resolve_settings(o, false, 0);
+  const auto four = inference_stage_layers(s, 4);
+  ASSERT_EQ(four.size(), 4u);
+  int sum = 0;
+  for (int l : four) {
+    EXPECT_GE(l, 1);
+    EXPECT_LE(l, 2);
+    sum += l;
+  }
+  EXPECT_EQ(sum, 6);
+  EXPECT_THROW(inference_stage_layers(s, 7), InputError);
+}

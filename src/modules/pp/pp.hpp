@@ -7,11 +7,16 @@
 // with, a training stage's work per microbatch (FLOPs forward and backward, saved activations,
 // transfers), parallel layouts, and the Chrome trace of a timeline.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/measure.hpp"
+#include "gpubench/core/ranks.hpp"
 #include "gpubench/model/presets.hpp"
 
 namespace gpubench::pp {
@@ -175,6 +180,40 @@ StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::in
 // (Timeline::peak_in_flight) times one microbatch's saved bytes. GPipe holds all m, 1F1B at most
 // p - stage: the bound is 1F1B <= (p / m) x GPipe (+10%).
 std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight);
+
+// ---------------------------------------------------------------------------------------------
+// Inference on the GPUs (inference.cpp): not registered yet, it has not run on GPUs
+
+// Decoder layers per stage for inference: balance_stages over equal layers, the final norm and
+// LM head (last positions) on the last stage.
+std::vector<int> inference_stage_layers(const Settings& s, int p);
+
+// One measured pipeline: s.batch prompts of s.seq_len tokens in m microbatches over p stages.
+struct InferenceOutcome {
+  int p = 1, m = 1;
+  std::int64_t micro_sequences = 0;
+  std::vector<int> stage_layers;
+  std::string status = "ok", note;
+  Measurement step;       // the whole batch, the slowest stage per iteration
+  Timeline timeline;      // one more step's forward spans per stage (from each stage's start)
+  double bubble_theory = 0;
+  double transfer_s = 0;      // that step's send spans summed over the stages
+  double transfer_bytes = 0;  // one microbatch's hidden states, each hop
+  double check_error = 0;     // the last stage's logits against the whole model's
+  std::uint64_t memory_per_gpu = 0;  // rank 0's engine
+};
+// The whole model's logits per (sequences, seq_len, microbatch), made once on the first GPU.
+using ReferenceLogits =
+    std::map<std::tuple<std::int64_t, std::int64_t, int>, std::vector<double>>;
+
+// For every microbatch count of s: the stages' engines (weights of their layers' global
+// indices), one checked step (every microbatch's logits against the whole model), the timed
+// steps, and one step with events for the timeline and the measured bubble. Each stage runs its
+// microbatches in order: receive the hidden states from the stage before (ncclRecv into
+// input_hidden()), prefill its layers, send hidden() to the stage after. Returns rank 0's
+// outcomes. The group has p ranks.
+std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int p,
+                                            RankGroup& group, ReferenceLogits& reference);
 
 // ---------------------------------------------------------------------------------------------
 // Parallel layouts

@@ -1,0 +1,219 @@
+// `gpubench pp` on the GPUs, inference: a batch of prompts in microbatches through p pipeline
+// stages (one GPU and one thread each, or one process each under MPI), stage to stage over NCCL
+// send/recv. Not registered yet: it has not run on GPUs.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/model/cost.hpp"
+#include "gpubench/model/observe.hpp"
+#include "gpubench/model/transformer.hpp"
+#include "pp.hpp"
+
+namespace gpubench::pp {
+
+namespace {
+
+// Pipeline logits against the whole model's, relative L2: stages run the same kernels on the
+// same weights, so only the handing over of bf16 hidden states could differ (it must not).
+constexpr double kCheckLimit = 0.05;
+constexpr std::uint64_t kTokenSeed = 31;  // microbatch mb's prompts: seed kTokenSeed + mb
+
+ActDtype dtype_of(const Settings& s) {
+  return s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
+}
+
+model::EngineOptions engine_options(const Settings& s, std::int64_t sequences) {
+  model::EngineOptions eo;
+  eo.dtype = dtype_of(s);
+  eo.max_batch = static_cast<int>(sequences);
+  eo.max_tokens = static_cast<int>(s.seq_len);
+  eo.max_context = static_cast<int>(s.seq_len);
+  return eo;
+}
+
+}  // namespace
+
+std::vector<int> inference_stage_layers(const Settings& s, int p) {
+  // Every decoder layer costs the same; the last stage also runs the final norm and the LM head
+  // (for the last position of each sequence), the first the embedding (a lookup: nothing).
+  const model::ModelCost cost =
+      model::model_cost(s.model, model::Phase::Prefill, 1, s.seq_len, 0, 2);
+  double head = 0;
+  for (const auto& op : cost.outside_layers) head += op.flops;
+  const std::vector<double> layer(static_cast<std::size_t>(s.layers), cost.total.flops > 0
+                                                                        ? (cost.total.flops - head) /
+                                                                              cost.num_layers
+                                                                        : 1.0);
+  return balance_stages(layer, p, 0.0, head);
+}
+
+std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int p,
+                                            RankGroup& group, ReferenceLogits& reference) {
+  if (group.size() != p)
+    throw InputError(fmt::format("--pp: {} ranks for {} stages", group.size(), p));
+  const ActDtype dtype = dtype_of(s);
+  const std::vector<int> layers = inference_stage_layers(s, p);
+  const MeasureOptions step_mo = model::engine_step_options(ctx);
+  const std::int64_t H = s.model.hidden_size;
+  std::vector<InferenceOutcome> out;
+
+  group.run([&](Rank& self) {
+    const int stage = self.rank;
+    cudaStream_t st = self.stream->get();
+    ncclUniqueId id{};
+    NcclComm comm;
+    if (p > 1) {
+      if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+      group.broadcast(self.rank, &id, sizeof(id));
+      comm = NcclComm(id, p, self.rank);
+    }
+    const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+    int first_layer = 0;
+    for (int j = 0; j < stage; ++j) first_layer += layers[static_cast<std::size_t>(j)];
+
+    for (int m : s.microbatches) {
+      const std::int64_t seqs = s.batch / m;
+      const int b = static_cast<int>(seqs), n = static_cast<int>(s.seq_len);
+      const std::size_t logit_elems = static_cast<std::size_t>(seqs) * s.model.vocab_size;
+      InferenceOutcome o;
+      o.p = p;
+      o.m = m;
+      o.micro_sequences = seqs;
+      o.stage_layers = layers;
+      o.transfer_bytes = static_cast<double>(seqs * s.seq_len * H * act_bytes(dtype));
+      if (self.rank == 0)
+        spdlog::info("pp: {} stages, {} microbatches of {} sequences", p, m, seqs);
+
+      // The whole model's logits of every microbatch, once per microbatch size, on rank 0's GPU
+      // (built and freed before the stages take their memory).
+      if (self.rank == 0) {
+        for (int mb = 0; mb < m; ++mb) {
+          const auto key = std::make_tuple(seqs, s.seq_len, mb);
+          if (reference.count(key)) continue;
+          model::EngineOptions eo = engine_options(s, seqs);
+          eo.layers = s.layers;
+          model::Transformer whole(s.model, eo, self.device);
+          for (int k = mb; k < m; ++k) {
+            whole.prefill(whole.tokens(b, n, kTokenSeed + k, st), b, n, st);
+            GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+            reference[std::make_tuple(seqs, s.seq_len, k)] =
+                model::to_host_values(whole.logits(), logit_elems, dtype);
+          }
+          break;
+        }
+      }
+      group.barrier();
+
+      model::EngineOptions eo = engine_options(s, seqs);
+      eo.first_layer = first_layer;
+      eo.layers = layers[static_cast<std::size_t>(stage)];
+      eo.embed = stage == 0;
+      eo.head = stage == p - 1;
+      model::Transformer engine(s.model, eo, self.device);
+      const std::size_t hidden_elems = static_cast<std::size_t>(seqs * s.seq_len * H);
+      std::vector<const std::int32_t*> ids(static_cast<std::size_t>(m), nullptr);
+      // Stage 0's prompts, one buffer per microbatch (the engine's token buffer is reused).
+      std::vector<DeviceBuffer> id_bufs;
+      if (stage == 0)
+        for (int mb = 0; mb < m; ++mb) {
+          const std::int32_t* t = engine.tokens(b, n, kTokenSeed + mb, st);
+          id_bufs.emplace_back(self.device, static_cast<std::size_t>(b) * n * sizeof(std::int32_t));
+          GPB_CUDA_CHECK(cudaMemcpyAsync(id_bufs.back().get(), t,
+                                         static_cast<std::size_t>(b) * n * sizeof(std::int32_t),
+                                         cudaMemcpyDeviceToDevice, st));
+          ids[static_cast<std::size_t>(mb)] = id_bufs.back().as<std::int32_t>();
+        }
+      // The last stage keeps every microbatch's logits for the check.
+      DeviceBuffer logits(self.device, stage == p - 1 ? logit_elems * m * act_bytes(dtype) : 16);
+
+      // One step: every microbatch in order, receive, forward, send; `events` (if given) marks
+      // each microbatch's receive end, forward end and send end.
+      std::vector<Event> marks;
+      auto step = [&](cudaStream_t s2, bool keep_logits, bool mark) {
+        for (int mb = 0; mb < m; ++mb) {
+          if (stage > 0)
+            GPB_NCCL_CHECK(ncclRecv(engine.input_hidden(), hidden_elems, type, stage - 1,
+                                    comm.get(), s2));
+          if (mark) marks[static_cast<std::size_t>(3 * mb)].record(s2);
+          engine.prefill(ids[static_cast<std::size_t>(mb)], b, n, s2);
+          if (mark) marks[static_cast<std::size_t>(3 * mb + 1)].record(s2);
+          if (stage < p - 1)
+            GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden_elems, type, stage + 1, comm.get(),
+                                    s2));
+          if (mark) marks[static_cast<std::size_t>(3 * mb + 2)].record(s2);
+          if (keep_logits && stage == p - 1)
+            GPB_CUDA_CHECK(cudaMemcpyAsync(
+                logits.as<unsigned char>() + mb * logit_elems * act_bytes(dtype), engine.logits(),
+                logit_elems * act_bytes(dtype), cudaMemcpyDeviceToDevice, s2));
+        }
+      };
+
+      // Checked once.
+      step(st, true, false);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      double worst = 0;
+      if (stage == p - 1)
+        for (int mb = 0; mb < m; ++mb) {
+          const auto got = model::to_host_values(
+              logits.as<unsigned char>() + mb * logit_elems * act_bytes(dtype), logit_elems, dtype);
+          worst = std::max(
+              worst, model::relative_l2(got, reference.at(std::make_tuple(seqs, s.seq_len, mb))));
+        }
+      o.check_error = group.all_gather(self.rank, worst)[static_cast<std::size_t>(p - 1)];
+      if (!(o.check_error <= kCheckLimit)) {
+        o.status = "failed";
+        o.note = fmt::format("pipeline logits differ from the whole model's: relative error "
+                             "{:.3g} (limit {})",
+                             o.check_error, kCheckLimit);
+      }
+
+      // Timed: the step, the slowest stage per iteration.
+      o.step = group.measure(self, [&](cudaStream_t s2, int) { step(s2, false, false); }, step_mo);
+
+      // One more step with events: each stage's timeline from its own start, the stages
+      // released together by a barrier.
+      for (int k = 0; k < 3 * m; ++k) marks.emplace_back(self.device);
+      Event start(self.device);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      group.barrier();
+      start.record(st);
+      step(st, false, true);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      Timeline t;
+      t.stages.resize(static_cast<std::size_t>(p));
+      double send_s = 0;
+      for (int mb = 0; mb < m; ++mb) {
+        const auto at = [&](int k) {
+          return marks[static_cast<std::size_t>(3 * mb + k)].seconds_since(start);
+        };
+        // Every stage's three marks of this microbatch, gathered in stage order.
+        const auto f0 = group.all_gather(self.rank, at(0));
+        const auto f1 = group.all_gather(self.rank, at(1));
+        const auto f2 = group.all_gather(self.rank, at(2));
+        for (int j = 0; j < p; ++j) {
+          const auto J = static_cast<std::size_t>(j);
+          t.stages[J].push_back(Span{Op{true, mb, 0}, f0[J], f1[J]});
+          t.makespan_s = std::max(t.makespan_s, f2[J]);
+          t.busy_s += f1[J] - f0[J];
+          if (j < p - 1) send_s += f2[J] - f1[J];
+        }
+      }
+      t.bubble = t.makespan_s > 0 ? 1.0 - t.busy_s / (p * t.makespan_s) : 0.0;
+      o.timeline = t;
+      o.transfer_s = send_s;
+      o.bubble_theory = theory_bubble(Schedule::GPipe, p, m, 1);
+      o.memory_per_gpu = engine.memory().total();
+      if (self.rank == 0) out.push_back(o);
+      group.barrier();  // every stage done with its engine before the next microbatch size
+    }
+  });
+  return out;
+}
+
+}  // namespace gpubench::pp
