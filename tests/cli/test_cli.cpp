@@ -125,6 +125,8 @@ TEST(Cli, TpBadInput) {
   expect_bad_input(run("tp --micro diagonal"), "--micro");
   expect_bad_input(run("tp --seq-lens 0"), "--seq-lens");
   expect_bad_input(run("tp --dtype fp8"), "--dtype");
+  expect_bad_input(run("tp --collectives mpi"), "--collectives: 'mpi' is not nccl or copy-engine");
+  expect_bad_input(run("tp --overlap --overlap-chunks 17"), "--overlap-chunks: 17 is outside 1..16");
 }
 
 TEST(Cli, SeqlenBadInput) {
