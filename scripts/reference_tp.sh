@@ -2,7 +2,7 @@
 # Runs the tensor-parallel GPU test and the `gpubench tp` reference runs on a machine with 2 or
 # more GPUs and packs them. Usage: scripts/reference_tp.sh OUT_DIR [MACHINE_NAME]
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_TP_STEPS picks the steps, default
-# "tests full copy sp micro quick").
+# "tests full copy sp micro mpi quick"; "mpi" needs mpirun).
 set -uo pipefail
 out=${1:?usage: scripts/reference_tp.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
@@ -10,7 +10,7 @@ export NCCL_NVLS_ENABLE=0
 build=${GPUBENCH_BUILD_DIR:-build}
 bin=$PWD/$build/gpubench
 export GPUBENCH_BINARY=$bin
-steps=${GPUBENCH_TP_STEPS:-tests full copy sp micro quick}
+steps=${GPUBENCH_TP_STEPS:-tests full copy sp micro mpi quick}
 work=$(mktemp -d)/$machine
 mkdir -p "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
@@ -28,6 +28,11 @@ has sp && timed tp_sequence_parallel 300 "$bin" tp --sequence-parallel --seq-len
   --output-dir "$work/tp_sequence_parallel"
 has micro && timed tp_micro 300 "$bin" tp --micro column,row --overlap \
   --output-dir "$work/tp_micro"
+# A process per GPU under mpirun against the threads of tp_full (8 layers keep it short).
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+has mpi && command -v mpirun >/dev/null && timed tp_mpi 300 mpirun --allow-run-as-root \
+  --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" tp --layers 8 --seq-lens 1024,4096 \
+  --output-dir "$work/tp_mpi"
 has quick && timed tp_quick 200 "$bin" tp --quick --output-dir "$work/tp_quick"
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
