@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -208,6 +209,36 @@ int mismatches(const std::vector<float>& want, const std::vector<float>& got) {
   return scale > 0 ? wrong : -1;
 }
 
+// t ranks as threads on one GPU, rank r's engine built with options_of(r) and summed through
+// the host (LocalCollectives), each running run_steps at `batch`: every rank's outputs, or the
+// error it stopped on.
+struct RankRuns {
+  std::vector<Outputs> got;
+  std::vector<std::string> errors;
+};
+RankRuns ranks_on_one_gpu(const ModelConfig& m, int t,
+                          const std::function<EngineOptions(int)>& options_of, int batch) {
+  LocalGroup group(t);
+  RankRuns runs{std::vector<Outputs>(static_cast<std::size_t>(t)),
+                std::vector<std::string>(static_cast<std::size_t>(t))};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        DeviceGuard g(kGpu);
+        Transformer part(m, options_of(r), kGpu);
+        LocalCollectives c(group, r);
+        part.set_collectives(&c);
+        Stream s(kGpu);
+        runs.got[static_cast<std::size_t>(r)] = run_steps(part, s.get(), batch);
+      } catch (const std::exception& e) {
+        runs.errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  return runs;
+}
+
 }  // namespace
 
 TEST(TpEngine, ShardsAreSlicesOfTheFullWeights) {
@@ -296,24 +327,9 @@ TEST(TpEngine, RanksOnOneGpuEqualTp1) {
     for (const auto& degree : {std::pair<int, bool>{2, false}, {4, false}, {2, true}, {4, true}}) {
       const int t = degree.first;
       const bool sp = degree.second;
-      LocalGroup group(t);
-      std::vector<Outputs> got(static_cast<std::size_t>(t));
-      std::vector<std::string> errors(static_cast<std::size_t>(t));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < t; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            DeviceGuard g(kGpu);
-            Transformer part(m, options(t, r, sp), kGpu);
-            LocalCollectives c(group, r);
-            part.set_collectives(&c);
-            Stream s(kGpu);
-            got[static_cast<std::size_t>(r)] = run_steps(part, s.get());
-          } catch (const std::exception& e) {
-            errors[static_cast<std::size_t>(r)] = e.what();
-          }
-        });
-      for (auto& th : threads) th.join();
+      const RankRuns runs = ranks_on_one_gpu(m, t, [&](int r) { return options(t, r, sp); }, 2);
+      const auto& got = runs.got;
+      const auto& errors = runs.errors;
       for (int r = 0; r < t; ++r) {
         const auto& g = got[static_cast<std::size_t>(r)];
         const std::string what =
@@ -346,24 +362,10 @@ TEST(TpEngine, OverlapChunksOnOneGpuEqualTp1) {
       for (int batch : {1, 2}) want[batch] = run_steps(one, s.get(), batch);
     }
     for (const OverlapCase& c : kOverlapCases) {
-      LocalGroup group(c.t);
-      std::vector<Outputs> got(static_cast<std::size_t>(c.t));
-      std::vector<std::string> errors(static_cast<std::size_t>(c.t));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < c.t; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            DeviceGuard g(kGpu);
-            Transformer part(m, options(c.t, r, false, c.chunks), kGpu);
-            LocalCollectives lc(group, r);
-            part.set_collectives(&lc);
-            Stream s(kGpu);
-            got[static_cast<std::size_t>(r)] = run_steps(part, s.get(), c.batch);
-          } catch (const std::exception& e) {
-            errors[static_cast<std::size_t>(r)] = e.what();
-          }
-        });
-      for (auto& th : threads) th.join();
+      const RankRuns runs = ranks_on_one_gpu(
+          m, c.t, [&](int r) { return options(c.t, r, false, c.chunks); }, c.batch);
+      const auto& got = runs.got;
+      const auto& errors = runs.errors;
       for (int r = 0; r < c.t; ++r) {
         const auto& g = got[static_cast<std::size_t>(r)];
         const std::string what = m.name + " t=" + std::to_string(c.t) + " chunks " +
