@@ -93,6 +93,16 @@ const ProcessInfo& process_info() {
   return g_info;
 }
 
+int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy) {
+  const ProcessInfo& p = process_info();
+  if (gpus.empty()) throw InputError("no GPU selected");
+  if (p.local_size > static_cast<int>(gpus.size()) && !allow_shared)
+    throw InputError(fmt::format(
+        "{} processes on this node but {} GPU(s) selected: one GPU per process{}", p.local_size,
+        gpus.size(), remedy));
+  return gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
+}
+
 void abort_job(int code) {
 #ifdef GPUBENCH_HAVE_MPI
   if (g_info.mpi) MPI_Abort(MPI_COMM_WORLD, code);

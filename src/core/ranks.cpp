@@ -98,10 +98,7 @@ std::unique_ptr<RankGroup> RankGroup::over_mpi(int device, int ranks) {
   MPI_Comm split = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, p.rank, &split);
   if (!member) return nullptr;
-  std::unique_ptr<RankGroup> g(new RankGroup());
-  g->impl_->devices = {device};
-  g->impl_->mpi = true;
-  g->impl_->mpi_rank = p.rank;  // the first `ranks` processes keep their ranks
+  auto g = over_mpi(device);  // the first `ranks` processes keep their ranks
   g->impl_->mpi_size = ranks;
   g->impl_->comm = split;
   g->impl_->own_comm = true;

@@ -3,6 +3,7 @@
 // GPU started by mpirun/srun. Launch detection reads the launchers' environment variables;
 // MPI itself is used only when gpubench was built with it.
 #include <string>
+#include <vector>
 
 namespace gpubench {
 
@@ -33,6 +34,12 @@ class MpiSession {
 
 // The current process model (one process unless an MpiSession set it up).
 const ProcessInfo& process_info();
+
+// Under mpirun/srun: this process's GPU among the selected `gpus` (its node-local rank modulo
+// their count). InputError when none is selected, or when the node runs more processes than
+// GPUs are selected and `allow_shared` is false: "N processes on this node but M GPU(s)
+// selected: one GPU per process" followed by `remedy` (e.g. " (or --allow-shared-gpus)").
+int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy = "");
 
 // Ends every process of an MPI job at once (MPI_Abort), so a failing rank never leaves the
 // others waiting; no-op in one process.

@@ -160,13 +160,8 @@ class AllreduceModule final : public Module {
     std::unique_ptr<RankGroup> group;
     std::vector<int> world_gpus = ctx.gpus();
     if (proc.mpi) {
-      if (proc.local_size > static_cast<int>(ctx.gpus().size()) && !s.allow_shared_gpus)
-        throw InputError(
-            fmt::format("{} processes on this node but {} GPU(s) selected: one GPU per process "
-                        "(or --allow-shared-gpus)",
-                        proc.local_size, ctx.gpus().size()));
-      const int device = ctx.gpus()[static_cast<std::size_t>(proc.local_rank) % ctx.gpus().size()];
-      group = RankGroup::over_mpi(device);
+      group = RankGroup::over_mpi(
+          process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)"));
     } else {
       group = std::make_unique<RankGroup>(ctx.gpus());
     }

@@ -69,24 +69,13 @@ std::string op_kind(const std::string& op) {
   return gemms.count(op) ? "gemm" : "other";
 }
 
-int mpi_device(Context& ctx) {
-  const ProcessInfo& p = process_info();
-  const std::vector<int>& gpus = ctx.gpus();
-  if (gpus.empty()) throw InputError("no GPU selected");
-  if (p.local_size > static_cast<int>(gpus.size()))
-    throw InputError(fmt::format(
-        "{} processes on this node but {} GPU(s) selected: one GPU per process", p.local_size,
-        gpus.size()));
-  return gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
-}
-
 std::unique_ptr<RankGroup> degree_group(Context& ctx, int t) {
   const ProcessInfo& p = process_info();
   const int have = p.mpi ? p.size : static_cast<int>(ctx.gpus().size());
   if (t < 1 || t > have)
     throw InputError(fmt::format("--tp: {} needs {} GPUs, {} {}", t, t, have,
                                  p.mpi ? "processes" : "selected"));
-  if (p.mpi) return RankGroup::over_mpi(mpi_device(ctx), t);
+  if (p.mpi) return RankGroup::over_mpi(process_gpu(ctx.gpus(), false), t);
   return std::make_unique<RankGroup>(
       std::vector<int>(ctx.gpus().begin(), ctx.gpus().begin() + t));
 }

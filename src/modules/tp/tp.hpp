@@ -337,11 +337,9 @@ struct Outcome {
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
 using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<double>>;
 
-// Under mpirun/srun: this process's GPU (its node-local rank among the selected GPUs);
-// InputError when the node has more processes than selected GPUs.
-int mpi_device(Context& ctx);
 // The ranks of degree t: the first t selected GPUs as threads of this process, or under
-// mpirun/srun the first t processes (every process must call it; null on the others).
+// mpirun/srun the first t processes, each on its process_gpu (every process must call it;
+// null on the others).
 // InputError when there are fewer than t GPUs (or processes).
 std::unique_ptr<RankGroup> degree_group(Context& ctx, int t);
 

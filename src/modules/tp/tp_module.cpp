@@ -110,7 +110,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     // Under mpirun/srun every process takes part in every degree's group split; those outside
     // a degree wait for it at a barrier of all processes.
     std::unique_ptr<RankGroup> world;
-    if (proc.mpi) world = RankGroup::over_mpi(mpi_device(ctx));
+    if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
     // GPUs of this process without peer access: NCCL still runs (through host memory or
     // whatever transport it finds), but slower than the links suggest.
     const std::vector<int>& gpus = ctx.gpus();
