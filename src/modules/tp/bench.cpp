@@ -90,29 +90,13 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   const MeasureOptions step_mo = model::engine_step_options(ctx), comm_mo = collective_options(ctx);
   std::vector<Outcome> out;
   // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
-  // largest prefill's all-reduce. Ranks in one process only (the copies need every rank's
-  // buffers in one address space).
-  std::unique_ptr<CopyEngineGroup> copies;
-  if (t > 1 && s.collectives == "copy-engine") {
-    if (group.is_mpi()) {
-      if (process_info().rank == 0)
-        spdlog::warn("tp: --collectives copy-engine needs the ranks in one process; under "
-                     "{} it runs over NCCL",
-                     process_info().launcher);
-    } else {
-      const std::int64_t most = s.batch_sizes.back() * max_prompt * H * 2;
-      copies = std::make_unique<CopyEngineGroup>(group.devices(),
-                                                 static_cast<std::size_t>(most / t + 64));
-      if (!copies->peers_ok())
-        spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives "
-                     "copy-engine runs over NCCL",
-                     fmt::join(group.devices(), ","));
-    }
-  }
+  // largest prefill's all-reduce.
+  const std::unique_ptr<CopyEngineGroup> copies = copy_engine_group(
+      s, t, group, static_cast<std::size_t>(s.batch_sizes.back() * max_prompt * H * 2 / t + 64));
   auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len) {
     Outcome o;
     o.t = t;
-    if (copies && copies->peers_ok()) o.collectives = "copy-engine";
+    if (copies) o.collectives = "copy-engine";
     o.phase = phase;
     o.batch = batch;
     o.length = len;

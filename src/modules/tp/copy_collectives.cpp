@@ -1,12 +1,15 @@
 // The tensor-parallel engine's collectives through the copy engines, for ranks that are threads
 // of one process with peer access between their GPUs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/peers.hpp"
 #include "tp.hpp"
 #include "transformer.cuh"
@@ -179,6 +182,24 @@ void CopyEngineTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtyp
   }
   exchange(g_.arrived_, stream, data);  // the peers' buffers are free to write into
   gather(data, chunk, chunk * g_.size(), dtype, stream);
+}
+
+std::unique_ptr<CopyEngineGroup> copy_engine_group(const Settings& s, int t, RankGroup& group,
+                                                   std::size_t max_chunk_bytes) {
+  if (t < 2 || s.collectives != "copy-engine") return nullptr;
+  if (group.is_mpi()) {
+    if (process_info().rank == 0)
+      spdlog::warn("tp: --collectives copy-engine needs the ranks in one process; under {} it "
+                   "runs over NCCL",
+                   process_info().launcher);
+    return nullptr;
+  }
+  auto copies = std::make_unique<CopyEngineGroup>(group.devices(), max_chunk_bytes);
+  if (copies->peers_ok()) return copies;
+  spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives copy-engine runs "
+               "over NCCL",
+               fmt::join(group.devices(), ","));
+  return nullptr;
 }
 
 }  // namespace gpubench::tp

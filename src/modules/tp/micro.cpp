@@ -70,10 +70,8 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
   const std::int64_t max_tokens = s.micro_tokens.back();
   // --collectives copy-engine (ranks in one process): the row-parallel all-reduces, alone and
   // overlapped, as peer copies; the column-parallel all-gather stays on NCCL.
-  std::unique_ptr<CopyEngineGroup> copies;
-  if (t > 1 && s.collectives == "copy-engine" && !group.is_mpi())
-    copies = std::make_unique<CopyEngineGroup>(
-        group.devices(), static_cast<std::size_t>(max_tokens * S * 2 / t + 64));
+  const std::unique_ptr<CopyEngineGroup> copies =
+      copy_engine_group(s, t, group, static_cast<std::size_t>(max_tokens * S * 2 / t + 64));
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;
@@ -134,7 +132,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
         o.t = t;
         o.tokens = tokens;
         o.collective = shape.collective;
-        if (copies && copies->peers_ok()) o.collectives = "copy-engine";
+        if (copies) o.collectives = "copy-engine";
         o.comm_bytes = static_cast<double>(shape.comm_bytes);
         o.flops_per_rank = shape.flops_per_rank;
         if (self.rank == 0) spdlog::info("tp micro: {} t={} tokens {}", to_string(kind), t, tokens);

@@ -287,6 +287,13 @@ class CopyEngineTpCollectives : public model::TpCollectives {
   std::int64_t copied_ = 0, fell_back_ = 0;
 };
 
+// The copy-engine group of a degree-t run under --collectives copy-engine, staging chunks of up
+// to max_chunk_bytes; null where the run goes over NCCL alone: t = 1, --collectives nccl, ranks
+// in several processes (mpirun/srun) or GPUs without peer access between some pair (the last
+// two with a warning on the log).
+std::unique_ptr<CopyEngineGroup> copy_engine_group(const Settings& s, int t, RankGroup& group,
+                                                   std::size_t max_chunk_bytes);
+
 // Collectives that do nothing: a decode step captured with them runs every kernel of the TP
 // step but no communication (wrong logits, never checked), which timed against the real step
 // gives the communication the step exposes.
