@@ -90,22 +90,17 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       if (self.rank == 0)
         spdlog::info("pp: {} stages, {} microbatches of {} sequences", p, m, seqs);
 
-      // The whole model's logits of every microbatch, once per microbatch size, on rank 0's GPU
-      // (built and freed before the stages take their memory).
-      if (self.rank == 0) {
+      // The whole model's logits of every microbatch, once per microbatch size (they are made
+      // together), on rank 0's GPU, built and freed before the stages take their memory.
+      if (self.rank == 0 && !reference.count(std::make_tuple(seqs, s.seq_len, 0))) {
+        model::EngineOptions eo = engine_options(s, seqs);
+        eo.layers = s.layers;
+        model::Transformer whole(s.model, eo, self.device);
         for (int mb = 0; mb < m; ++mb) {
-          const auto key = std::make_tuple(seqs, s.seq_len, mb);
-          if (reference.count(key)) continue;
-          model::EngineOptions eo = engine_options(s, seqs);
-          eo.layers = s.layers;
-          model::Transformer whole(s.model, eo, self.device);
-          for (int k = mb; k < m; ++k) {
-            whole.prefill(whole.tokens(b, n, kTokenSeed + k, st), b, n, st);
-            GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-            reference[std::make_tuple(seqs, s.seq_len, k)] =
-                model::to_host_values(whole.logits(), logit_elems, dtype);
-          }
-          break;
+          whole.prefill(whole.tokens(b, n, kTokenSeed + mb, st), b, n, st);
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          reference[std::make_tuple(seqs, s.seq_len, mb)] =
+              model::to_host_values(whole.logits(), logit_elems, dtype);
         }
       }
       group.barrier();
@@ -130,10 +125,11 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
           ids[static_cast<std::size_t>(mb)] = id_bufs.back().as<std::int32_t>();
         }
       // The last stage keeps every microbatch's logits for the check.
-      DeviceBuffer logits(self.device, stage == p - 1 ? logit_elems * m * act_bytes(dtype) : 16);
+      const std::size_t logit_bytes = logit_elems * act_bytes(dtype);
+      DeviceBuffer logits(self.device, stage == p - 1 ? logit_bytes * m : 16);
 
-      // One step: every microbatch in order, receive, forward, send; `events` (if given) marks
-      // each microbatch's receive end, forward end and send end.
+      // One step: every microbatch in order, receive, forward, send; with `mark`, events at each
+      // microbatch's receive end, forward end and send end.
       std::vector<Event> marks;
       auto step = [&](cudaStream_t s2, bool keep_logits, bool mark) {
         for (int mb = 0; mb < m; ++mb) {
@@ -148,9 +144,9 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
                                     s2));
           if (mark) marks[static_cast<std::size_t>(3 * mb + 2)].record(s2);
           if (keep_logits && stage == p - 1)
-            GPB_CUDA_CHECK(cudaMemcpyAsync(
-                logits.as<unsigned char>() + mb * logit_elems * act_bytes(dtype), engine.logits(),
-                logit_elems * act_bytes(dtype), cudaMemcpyDeviceToDevice, s2));
+            GPB_CUDA_CHECK(cudaMemcpyAsync(logits.as<unsigned char>() + mb * logit_bytes,
+                                           engine.logits(), logit_bytes, cudaMemcpyDeviceToDevice,
+                                           s2));
         }
       };
 
@@ -160,8 +156,8 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       double worst = 0;
       if (stage == p - 1)
         for (int mb = 0; mb < m; ++mb) {
-          const auto got = model::to_host_values(
-              logits.as<unsigned char>() + mb * logit_elems * act_bytes(dtype), logit_elems, dtype);
+          const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
+                                                 logit_elems, dtype);
           worst = std::max(
               worst, model::relative_l2(got, reference.at(std::make_tuple(seqs, s.seq_len, mb))));
         }
