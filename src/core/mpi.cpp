@@ -93,6 +93,11 @@ const ProcessInfo& process_info() {
   return g_info;
 }
 
+int rank_count(const std::vector<int>& gpus) {
+  const ProcessInfo& p = process_info();
+  return p.mpi ? p.size : static_cast<int>(gpus.size());
+}
+
 int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy) {
   const ProcessInfo& p = process_info();
   if (gpus.empty()) throw InputError("no GPU selected");

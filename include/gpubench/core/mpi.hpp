@@ -35,6 +35,9 @@ class MpiSession {
 // The current process model (one process unless an MpiSession set it up).
 const ProcessInfo& process_info();
 
+// The ranks a run can have: the MPI processes under mpirun/srun, else the selected GPUs.
+int rank_count(const std::vector<int>& gpus);
+
 // Under mpirun/srun: this process's GPU among the selected `gpus` (its node-local rank modulo
 // their count). InputError when none is selected, or when the node runs more processes than
 // GPUs are selected and `allow_shared` is false: "N processes on this node but M GPU(s)

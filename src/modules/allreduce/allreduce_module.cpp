@@ -118,8 +118,7 @@ class AllreduceModule final : public Module {
 
   std::optional<std::string> unsupported(const System&,
                                          const std::vector<int>& gpus) const override {
-    const ProcessInfo& p = process_info();
-    const int n = p.mpi ? p.size : static_cast<int>(gpus.size());
+    const int n = rank_count(gpus);
     if (n < 2)
       return fmt::format(
           "needs at least 2 GPUs (got {}): use --gpus with 2 or more, or mpirun -np 2+", n);

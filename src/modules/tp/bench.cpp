@@ -71,7 +71,7 @@ std::string op_kind(const std::string& op) {
 
 std::unique_ptr<RankGroup> degree_group(Context& ctx, int t) {
   const ProcessInfo& p = process_info();
-  const int have = p.mpi ? p.size : static_cast<int>(ctx.gpus().size());
+  const int have = rank_count(ctx.gpus());
   if (t < 1 || t > have)
     throw InputError(fmt::format("--tp: {} needs {} GPUs, {} {}", t, t, have,
                                  p.mpi ? "processes" : "selected"));

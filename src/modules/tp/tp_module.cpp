@@ -80,8 +80,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
   std::optional<std::string> unsupported(const System& system,
                                          const std::vector<int>& gpus) const override {
     if (auto why = Module::unsupported(system, gpus)) return why;
-    const ProcessInfo& p = process_info();
-    const int n = p.mpi ? p.size : static_cast<int>(gpus.size());
+    const int n = rank_count(gpus);
     if (n < 2 && trim(opts_.tp).empty())
       return fmt::format("tensor parallelism needs 2 or more GPUs (got {}; --tp 1 runs TP=1 alone)",
                          n);
@@ -94,7 +93,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
 
   Report run(Context& ctx) override {
     const ProcessInfo& proc = process_info();
-    const int visible = proc.mpi ? proc.size : static_cast<int>(ctx.gpus().size());
+    const int visible = rank_count(ctx.gpus());
     const Settings s = resolve_settings(opts_, ctx.quick(), visible);
     effective_ = s;
     Report report;
