@@ -263,20 +263,20 @@ std::vector<GemmAlgo> GemmPlan::candidates(int max_count) const {
 }
 
 void GemmPlan::run(const GemmAlgo& algo, const void* a, const void* b, void* d, void* workspace,
-                   cudaStream_t stream) const {
+                   cudaStream_t stream, bool accumulate) const {
   const GemmTypeInfo& info = gemm_type_info(dtype_);
-  // alpha = 1, beta = 0 in the scale type.
+  // alpha = 1, beta = 0 (1 to accumulate) in the scale type.
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const std::int32_t one_i = 1, zero_i = 0;
   const void* alpha = &one_f;
-  const void* beta = &zero_f;
+  const void* beta = accumulate ? &one_f : &zero_f;
   if (info.scale_cuda == CUDA_R_64F) {
     alpha = &one_d;
-    beta = &zero_d;
+    beta = accumulate ? &one_d : &zero_d;
   } else if (info.scale_cuda == CUDA_R_32I) {
     alpha = &one_i;
-    beta = &zero_i;
+    beta = accumulate ? &one_i : &zero_i;
   }
   GPB_CUBLAS_CHECK(cublasLtMatmul(handle_, desc_, alpha, a, a_, b, b_, beta, d, d_, d, d_,
                                   &algo.algo, workspace, workspace_bytes_, stream));

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
 
 #ifdef GPUBENCH_HAVE_MPI
@@ -273,6 +275,17 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
   }
   m.stats = compute_stats(m.samples);
   return m;
+}
+
+std::unique_ptr<RankGroup> leading_ranks(Context& ctx, int n, const std::string& option) {
+  const ProcessInfo& p = process_info();
+  const int have = rank_count(ctx.gpus());
+  if (n < 1 || n > have)
+    throw InputError(fmt::format("{}: {} needs {} GPUs, {} {}", option, n, n, have,
+                                 p.mpi ? "processes" : "selected"));
+  if (p.mpi) return RankGroup::over_mpi(process_gpu(ctx.gpus(), false), n);
+  return std::make_unique<RankGroup>(
+      std::vector<int>(ctx.gpus().begin(), ctx.gpus().begin() + n));
 }
 
 }  // namespace gpubench

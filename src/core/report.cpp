@@ -82,6 +82,11 @@ std::string render_markdown(const Report& r) {
     md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
     md += fmt::format("![{}](charts/{}_{}.png)\n\n", t.title, r.module, s.name);
   }
+  if (!r.attachments.empty()) {
+    md += "## Files\n\n";
+    for (const auto& a : r.attachments) md += fmt::format("- [{}]({})\n", a.first, a.first);
+    md += "\n";
+  }
   const std::string mon = monitor_lines(r.monitor, "- ");
   if (!mon.empty()) md += "## Clocks, power and temperature while measuring\n\n" + mon + "\n";
   if (!r.matrices.empty() || !r.sweeps.empty())
@@ -163,6 +168,15 @@ std::filesystem::path prepare_output_dir(const std::string& output_dir, const st
 }
 
 void write_report_files(const std::filesystem::path& dir, const Report& r) {
+  for (const auto& [name, content] : r.attachments) {
+    const std::filesystem::path path = dir / name;
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec)
+      throw InputError(fmt::format("cannot create '{}': {}", path.parent_path().string(),
+                                   ec.message()));
+    write_file_atomic(path, content.dump());
+  }
   write_file_atomic(dir / (r.module + ".json"), render_json(r));
   write_file_atomic(dir / (r.module + ".md"), render_markdown(r));
 }

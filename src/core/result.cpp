@@ -165,6 +165,11 @@ ojson to_json(const Report& r) {
   j["sweeps"] = sweeps;
   j["monitor"] = r.monitor;
   j["extra"] = r.extra;
+  if (!r.attachments.empty()) {
+    ojson names = ojson::array();
+    for (const auto& a : r.attachments) names.push_back(a.first);
+    j["attachments"] = names;
+  }
   j["warnings"] = r.warnings;
   j["status"] = r.status;
   if (!r.error.empty()) j["error"] = r.error;

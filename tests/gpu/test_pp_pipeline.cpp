@@ -1,11 +1,15 @@
-// The pipeline-parallel inference runner on 2 (and 4) GPUs: llama-2-7b shapes cut to 4 layers,
-// every microbatch count's logits checked against the whole model inside run_inference (status
-// "ok"), a measured timeline with one span per stage and microbatch, and a bubble that shrinks
-// with more microbatches. Skipped with fewer than 2 GPUs (NCCL takes one rank per GPU).
+// The pipeline-parallel runners. Inference on 2 (and 4) GPUs: llama-2-7b shapes cut to 4
+// layers, every microbatch count's logits checked against the whole model inside run_inference
+// (status "ok"), a measured timeline with one span per stage and microbatch, and a bubble that
+// shrinks with more microbatches (skipped with fewer than 2 GPUs: NCCL takes one rank per GPU).
+// Training on 1, 2 and 4 GPUs under every schedule.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
+#include <fmt/format.h>
+
+#include <map>
 #include <numeric>
 
 #include "../../src/modules/pp/pp.hpp"
@@ -56,5 +60,70 @@ TEST(PpPipeline, InferenceEqualsTheWholeModel) {
     }
     // More microbatches, a smaller bubble (theory: (p-1)/p at m 1, (p-1)/(p+3) at m 4).
     EXPECT_LT(outcomes[1].timeline.bubble, outcomes[0].timeline.bubble) << "p " << p;
+  }
+}
+
+// The training runner on 2 (and 4) GPUs and on one: 4 layers of llama-2-7b's shapes, every
+// schedule; each outcome checked inside run_training (gradient GEMMs against a reference,
+// gradients finite, transfers equal on both sides), the timeline complete, the measured
+// activation peak equal to the slabs the order holds, and 1F1B's peak within p/m of GPipe's.
+TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
+  int n = 0;
+  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  static const System system = System::discover(false);
+  for (int p : {1, 2, 4}) {
+    if (p > n) continue;
+    Options o;
+    o.pp = std::to_string(p);
+    o.layers = 8;
+    o.batch = 8;
+    o.seq_len = 128;
+    o.microbatches = p == 1 ? "1,4" : (p == 2 ? "2,4,8" : "4,8");
+    o.schedule = p == 1 ? "1f1b" : "gpipe,1f1b,interleaved";
+    const Settings s = resolve_settings(o, false, n);
+    std::vector<int> gpus(static_cast<std::size_t>(p));
+    std::iota(gpus.begin(), gpus.end(), 0);
+    CommonOptions common;
+    common.quick = true;
+    common.min_time = 0.005;
+    Context ctx(system, gpus, common);
+    RankGroup group(gpus);
+    std::map<std::pair<Schedule, int>, std::uint64_t> stage0_peak;
+    for (Schedule sch : s.schedules) {
+      const auto outcomes = run_training(ctx, s, p, sch, group);
+      ASSERT_EQ(outcomes.size(), s.microbatches.size()) << "p " << p;
+      for (const TrainingOutcome& r : outcomes) {
+        const std::string what =
+            fmt::format("p {} {} m {}", p, to_string(sch), r.m);
+        EXPECT_EQ(r.status, "ok") << what << ": " << r.note;
+        EXPECT_GT(r.step.median_s(), 0.0) << what;
+        const int v = sch == Schedule::Interleaved ? s.chunks : 1;
+        ASSERT_EQ(r.timeline.stages.size(), static_cast<std::size_t>(p)) << what;
+        for (const auto& spans : r.timeline.stages) {
+          ASSERT_EQ(spans.size(), static_cast<std::size_t>(2 * r.m * v)) << what;
+          for (const Span& sp : spans) EXPECT_LT(sp.start, sp.end) << what;
+        }
+        ASSERT_EQ(r.peak_saved.size(), static_cast<std::size_t>(p)) << what;
+        for (int j = 0; j < p; ++j) {
+          const double got = static_cast<double>(r.peak_saved[static_cast<std::size_t>(j)]);
+          const double want = static_cast<double>(r.expected_saved[static_cast<std::size_t>(j)]);
+          EXPECT_NEAR(got, want, 0.01 * want) << what << " stage " << j;
+        }
+        if (p > 1) {
+          EXPECT_GT(r.timeline.bubble, 0.0) << what;
+          EXPECT_LT(r.timeline.bubble, 1.0) << what;
+          EXPECT_GT(r.transfers, 0) << what;
+          EXPECT_GT(r.transfer_s, 0.0) << what;
+          EXPECT_GT(r.transfer_alone_s, 0.0) << what;
+        }
+        stage0_peak[{sch, r.m}] = r.peak_saved.front();
+      }
+    }
+    if (p > 1)
+      for (int m : s.microbatches) {
+        const double g = static_cast<double>(stage0_peak[{Schedule::GPipe, m}]);
+        const double f = static_cast<double>(stage0_peak[{Schedule::OneFOneB, m}]);
+        EXPECT_LE(f, g * std::min(1.0, static_cast<double>(p) / m) * 1.1) << "p " << p << " m " << m;
+      }
   }
 }

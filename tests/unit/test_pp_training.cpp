@@ -41,15 +41,15 @@ TEST(PpTraining, StageWorkByHand) {
   EXPECT_DOUBLE_EQ(w.forward_flops, 3 * (gemm + attention));
   EXPECT_DOUBLE_EQ(w.backward_attention_flops, 2.5 * 3 * attention);
   EXPECT_DOUBLE_EQ(w.backward_flops, 3 * (2 * gemm + 2.5 * attention));
-  const double per_row = (4096 * 3 + 12288 + 4096 + 22016 + 11008) * 2.0 + 32 * 4;
+  const double per_row = (4096 * 4 + 12288 + 4096 + 22016 + 11008) * 2.0;
   EXPECT_EQ(w.saved_bytes, static_cast<std::uint64_t>(3 * rows * per_row));
   EXPECT_EQ(w.transfer_bytes, static_cast<std::uint64_t>(rows * 4096 * 2));
-  // The last stage adds the LM head (and keeps the final norm's input).
+  // The last stage adds the LM head (and keeps the final norm's input and output).
   const StageWork l = stage_work(m, 3, true, 2, 1024, 2);
   const double head = 2 * rows * 32000.0 * 4096;
   EXPECT_DOUBLE_EQ(l.forward_flops, w.forward_flops + head);
   EXPECT_DOUBLE_EQ(l.backward_flops, w.backward_flops + 2 * head);
-  EXPECT_EQ(l.saved_bytes, w.saved_bytes + static_cast<std::uint64_t>(rows * 4096 * 2));
+  EXPECT_EQ(l.saved_bytes, w.saved_bytes + static_cast<std::uint64_t>(2 * rows * 4096 * 2));
 }
 
 // The forward counts agree with the seqlen cost model's prefill of the same tokens.

@@ -104,9 +104,11 @@ class GemmPlan {
   const GemmShape& shape() const noexcept { return shape_; }
   // Up to `max_count` algorithms in the heuristic's order (throws when it offers none).
   std::vector<GemmAlgo> candidates(int max_count) const;
-  // D = op(A) op(B) with `algo`; `workspace` holds at least the plan's workspace bytes.
+  // D = op(A) op(B) with `algo` (D += op(A) op(B) with `accumulate`: beta 1, C = D, as a
+  // weight gradient summed over microbatches); `workspace` holds at least the plan's workspace
+  // bytes.
   void run(const GemmAlgo& algo, const void* a, const void* b, void* d, void* workspace,
-           cudaStream_t stream) const;
+           cudaStream_t stream, bool accumulate = false) const;
 
  private:
   void reset() noexcept;

@@ -4,6 +4,7 @@
 // mpirun/srun (MPI carries barrier, gather and broadcast). Modules write their rank body once.
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
@@ -11,6 +12,7 @@
 
 namespace gpubench {
 
+class Context;
 class RankGroup;
 
 // What a rank's body sees: its rank, its GPU, its stream and the group.
@@ -64,5 +66,10 @@ class RankGroup {
   std::unique_ptr<Impl> impl_;
   RankGroup();
 };
+
+// The first n ranks of the run: in one process the first n selected GPUs, under mpirun/srun
+// the first n processes, each on its process_gpu (every process must call it; null on the
+// others). InputError naming `option` when there are fewer than n GPUs (or processes).
+std::unique_ptr<RankGroup> leading_ranks(Context& ctx, int n, const std::string& option);
 
 }  // namespace gpubench

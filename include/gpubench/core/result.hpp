@@ -77,6 +77,9 @@ struct Report {
   std::vector<Sweep> sweeps;
   ojson monitor = ojson::object();
   ojson extra = ojson::object();  // module-specific data (env's inventory, ...)
+  // Further JSON files of the run, written beside the report at <run folder>/<name> (pp's
+  // Chrome traces, "pp_traces/p4_1f1b_m8.json"); the report lists their names only.
+  std::vector<std::pair<std::string, ojson>> attachments;
   std::vector<std::string> warnings;
   std::string status = "ok";  // ok | partial | failed
   std::string error;          // why, when failed

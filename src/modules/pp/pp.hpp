@@ -40,6 +40,7 @@ struct Options {
   int layers = 0;               // > 0: only this many decoder layers
   std::string layouts;          // "" (none), a list such as "dp=4,tp=2xdp=2", or "all"
   std::string dtype = "bf16";
+  std::string workload;         // inference, training or both (default both)
 };
 
 struct Settings {
@@ -53,11 +54,13 @@ struct Settings {
   std::int64_t seq_len = 1024;
   std::string layouts_text;  // resolved against the GPUs when the run starts
   std::string dtype = "bf16";
+  bool inference = true, training = true;
   std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
 
-// Applies the defaults and checks every value; throws InputError("--option: why") with one line:
+// Applies the defaults (quick: 8 layers unless --layers, microbatches 4,16) and checks every
+// value; throws InputError("--option: why") with one line:
 // a stage count above the layers or the visible GPUs (visible_gpus <= 0: unknown, not checked),
 // microbatches that do not divide --batch, an unknown schedule, interleaving whose chunks do not
 // divide each stage's layers (layers % (p x chunks)) or whose microbatches are not a multiple of
@@ -118,6 +121,9 @@ struct Timeline {
   double busy_s = 0;                // sum of all compute spans
   double bubble = 0;                // 1 - busy / (p x makespan)
   std::vector<int> peak_in_flight;  // per stage: most microbatch-chunks forwarded, not yet back
+  // Measured runs only: per stage, each send (its op, from enqueue-ready to done) and each
+  // receive (from the data's first possible move to its arrival).
+  std::vector<std::vector<Span>> sends, recvs;
 };
 
 // Runs the orders: an operation starts when its stage is free and its input has arrived (a
@@ -160,8 +166,8 @@ std::vector<Linear> layer_linears(const model::ModelConfig& m);
 //     flash-attention backward recomputes the scores and runs five GEMMs to the forward's two);
 //   saved activations (what backward needs, kept from a microbatch's forward to its backward):
 //     per layer the input of each linear (normed x, attention output, post-norm x, activation),
-//     the layer input (for the norm's backward), q, k, v, the gate/up output, and one fp32
-//     log-sum-exp per head and row; on the last stage the final norm's input;
+//     the inputs of the two norms (the layer input and the residual after attention), q, k, v
+//     and the gate/up output; on the last stage the final norm's input and output;
 //   transfer: the activations sent to the next stage (rows x hidden), or the gradient sent back.
 // The LM head's forward and gradient FLOPs count on the last stage (2 rows vocab hidden, x3).
 struct StageWork {
@@ -216,6 +222,46 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
                                             RankGroup& group, ReferenceLogits& reference);
 
 // ---------------------------------------------------------------------------------------------
+// Training on the GPUs (train_run.cpp)
+
+// Decoder layers per stage for training: balance_stages over equal layers, the LM head's
+// forward and backward on the last stage; interleaved: layers / p each (v equal chunks).
+std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch);
+
+// One measured training step: s.batch sequences of s.seq_len tokens in m microbatches over p
+// stages in the order `schedule` gives each stage.
+struct TrainingOutcome {
+  Schedule schedule = Schedule::OneFOneB;
+  int p = 1, m = 1, v = 1;
+  std::int64_t micro_sequences = 0;
+  std::vector<int> stage_layers;
+  std::string status = "ok", note;
+  Measurement step;                          // the whole step, the slowest stage per iteration
+  Timeline timeline;                         // one more step's forward and backward spans
+  double bubble_theory = 0;
+  double transfer_s = 0;                     // that step's transfers, summed over the hops
+  double transfer_exposed_s = 0;             // of which a receiving stage stood waiting
+  int transfers = 0;                         // hops in the step, both ways
+  double transfer_bytes = 0;                 // one microbatch's hidden states (or gradient)
+  double transfer_alone_s = 0;               // one NCCL send/recv of those bytes alone, 0 -> 1
+  double p2p_copy_s = 0;                     // one peer copy of them alone (copy engine), 0 -> 1
+  std::vector<std::uint64_t> peak_saved;     // per stage: the saved activations' measured peak
+  std::vector<std::uint64_t> expected_saved; // per stage: slabs in flight along its order
+  double check_error = 0;                    // the gradient GEMM checks' worst error / tolerance
+  std::uint64_t memory_per_gpu = 0;          // weights, gradients, scratch and peak saved
+  double flops = 0;                          // the step's FLOPs over every stage
+};
+
+// For every microbatch count of s: each stage's weights (its layers' global indices), one
+// checked step (the qkv gradient GEMMs of each stage against a reference, weight gradients
+// finite, the last transfer each way equal on both sides), the timed steps, and one step with
+// events for the timeline, the measured bubble, the transfers and the activation peak (the
+// saved activations come from a memory pool whose high-water mark is read). Returns rank 0's
+// outcomes. The group has p ranks.
+std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p, Schedule sch,
+                                          RankGroup& group);
+
+// ---------------------------------------------------------------------------------------------
 // Parallel layouts
 
 struct Layout {
@@ -236,7 +282,8 @@ std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model
 
 // A Chrome trace (chrome://tracing, Perfetto) of a timeline: one process, one track (thread)
 // per stage named "stage s", a complete event per span ("F3" / "B3", chunk suffix ".c1" when
-// interleaved) in microseconds, plus send and receive spans of transfer_s after and before each
+// interleaved) in microseconds, plus the measured send and receive spans of t.sends / t.recvs
+// on a transfer track per stage, or (simulated timelines) spans of transfer_s after each
 // cross-stage hop.
 nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transfer_s,
                                     const std::string& title);

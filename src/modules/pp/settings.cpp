@@ -1,8 +1,9 @@
-// Host side of the future `gpubench pp` subcommand (not registered yet): its settings, checked
-// against the model and the GPUs before anything touches them.
+// `gpubench pp`'s settings, checked against the model and the GPUs before anything touches
+// them.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
@@ -16,6 +17,12 @@ constexpr std::int64_t kMaxStages = 1024;
 constexpr std::int64_t kMaxMicrobatches = 4096;
 constexpr std::int64_t kMaxTokens = 1 << 20;
 
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
 std::vector<int> as_ints(const std::vector<std::int64_t>& v) {
   return std::vector<int>(v.begin(), v.end());
 }
@@ -27,6 +34,15 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   s.model = model::load_engine_model(o.model, o.model_config);
   s.dtype = model::engine_dtype(o.dtype);
   s.layers = model::engine_layers(s.model, o.layers);
+  if (quick && o.layers == 0) s.layers = std::min(s.layers, 8);
+  const std::string workload = lower(trim(o.workload));
+  if (workload == "inference")
+    s.training = false;
+  else if (workload == "training")
+    s.inference = false;
+  else if (!workload.empty() && workload != "both")
+    throw InputError(fmt::format("--workload: '{}' is not inference, training or both",
+                                 o.workload));
   if (o.batch < 1 || o.batch > kMaxMicrobatches)
     throw InputError(fmt::format("--batch: {} is outside 1..{}", o.batch, kMaxMicrobatches));
   s.batch = o.batch;
@@ -118,7 +134,8 @@ nlohmann::ordered_json Settings::to_json() const {
           {"batch", batch},
           {"seq_len", seq_len},
           {"layouts", layouts_text},
-          {"dtype", dtype}};
+          {"dtype", dtype},
+          {"workload", inference && training ? "both" : (inference ? "inference" : "training")}};
 }
 
 }  // namespace gpubench::pp

@@ -23,6 +23,7 @@ nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transf
                       {"args", {{"name", fmt::format("stage {} transfers", st)}}}});
   }
   const bool chunks = s == Schedule::Interleaved;
+  const bool measured = !t.sends.empty() || !t.recvs.empty();
   int last_chunk = 0;
   for (const auto& stage : t.stages)
     for (const Span& sp : stage) last_chunk = std::max(last_chunk, sp.op.chunk);
@@ -38,7 +39,7 @@ nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transf
                         {"pid", 0},
                         {"tid", st},
                         {"args", {{"microbatch", sp.op.mb}, {"chunk", sp.op.chunk}}}});
-      if (transfer_s <= 0) continue;
+      if (transfer_s <= 0 || measured) continue;
       // Where the result goes: forward to the next stage (around the ring between chunks),
       // backward to the previous one; nothing leaves the ends of the pipeline.
       int to = -1;
@@ -62,6 +63,23 @@ nlohmann::ordered_json chrome_trace(const Timeline& t, Schedule s, double transf
                         {"pid", 0},
                         {"tid", p + to}});
     }
+  // Measured transfers, where the timeline has them.
+  auto transfers = [&](const std::vector<std::vector<Span>>& per_stage, const char* kind) {
+    for (std::size_t st = 0; st < per_stage.size(); ++st)
+      for (const Span& sp : per_stage[st])
+        events.push_back(
+            {{"name", fmt::format("{} {} {}{}{}", kind, sp.op.forward ? "activations" : "gradients",
+                                  sp.op.forward ? "F" : "B", sp.op.mb,
+                                  chunks ? fmt::format(".c{}", sp.op.chunk) : "")},
+             {"cat", kind},
+             {"ph", "X"},
+             {"ts", us(sp.start)},
+             {"dur", us(sp.end - sp.start)},
+             {"pid", 0},
+             {"tid", p + static_cast<int>(st)}});
+  };
+  transfers(t.sends, "send");
+  transfers(t.recvs, "recv");
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},
           {"otherData",

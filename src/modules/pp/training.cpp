@@ -44,13 +44,12 @@ StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::in
   }
 
   // Saved per layer and row: the layer input, the normed input of qkv, q k v, the attention
-  // output, the post-attention normed input, the gate/up output and the activation; plus one
-  // fp32 log-sum-exp per head.
-  const std::int64_t per_row = H + H + (Q + 2 * KV) + Q + H + (m.gated_mlp ? 2 * I : I) + I;
-  const double layer_bytes = rows * (static_cast<double>(per_row) * elem_bytes +
-                                     static_cast<double>(m.num_heads) * 4.0);
+  // output, the residual after attention, the post-attention normed input, the gate/up output
+  // and the activation.
+  const std::int64_t per_row = H + H + (Q + 2 * KV) + Q + H + H + (m.gated_mlp ? 2 * I : I) + I;
+  const double layer_bytes = rows * static_cast<double>(per_row) * elem_bytes;
   double saved = layers * layer_bytes;
-  if (last) saved += rows * static_cast<double>(H) * elem_bytes;  // the final norm's input
+  if (last) saved += 2.0 * rows * static_cast<double>(H) * elem_bytes;  // final norm in and out
   w.saved_bytes = static_cast<std::uint64_t>(saved);
   w.transfer_bytes = static_cast<std::uint64_t>(rows * static_cast<double>(H) * elem_bytes);
   return w;

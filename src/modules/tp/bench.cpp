@@ -69,17 +69,6 @@ std::string op_kind(const std::string& op) {
   return gemms.count(op) ? "gemm" : "other";
 }
 
-std::unique_ptr<RankGroup> degree_group(Context& ctx, int t) {
-  const ProcessInfo& p = process_info();
-  const int have = rank_count(ctx.gpus());
-  if (t < 1 || t > have)
-    throw InputError(fmt::format("--tp: {} needs {} GPUs, {} {}", t, t, have,
-                                 p.mpi ? "processes" : "selected"));
-  if (p.mpi) return RankGroup::over_mpi(process_gpu(ctx.gpus(), false), t);
-  return std::make_unique<RankGroup>(
-      std::vector<int>(ctx.gpus().begin(), ctx.gpus().begin() + t));
-}
-
 std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGroup& group,
                                 ReferenceLogits& reference) {
   if (group.size() != t)

@@ -344,12 +344,6 @@ struct Outcome {
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
 using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<double>>;
 
-// The ranks of degree t: the first t selected GPUs as threads of this process, or under
-// mpirun/srun the first t processes, each on its process_gpu (every process must call it;
-// null on the others).
-// InputError when there are fewer than t GPUs (or processes).
-std::unique_ptr<RankGroup> degree_group(Context& ctx, int t);
-
 // Runs every (batch, prompt) prefill and (batch, context) decode point of `s` at degree t on
 // `group` (t ranks: threads of one process, or processes under MPI). Fills `reference` at t = 1
 // and checks against it otherwise (rank 0).

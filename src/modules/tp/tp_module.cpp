@@ -127,7 +127,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
       for (int t : degrees) {
         if (Context::interrupted()) break;
         std::vector<MicroOutcome> outcomes;
-        if (auto group = degree_group(ctx, t)) outcomes = run_micro(ctx, s, t, *group);
+        if (auto group = leading_ranks(ctx, t, "--tp")) outcomes = run_micro(ctx, s, t, *group);
         if (world) world->barrier();  // the processes outside this degree wait here
         for (const MicroOutcome& o : outcomes) {
           if (t == 1 && o.status == "ok") one[{o.kind, o.tokens}] = o.compute_s;
@@ -143,7 +143,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     std::map<int, std::vector<Outcome>> by_t;
     for (int t : degrees) {
       if (Context::interrupted()) break;
-      if (auto group = degree_group(ctx, t)) by_t[t] = run_degree(ctx, s, t, *group, reference);
+      if (auto group = leading_ranks(ctx, t, "--tp")) by_t[t] = run_degree(ctx, s, t, *group, reference);
       if (world) world->barrier();
     }
     for (const auto& [t, outcomes] : by_t)

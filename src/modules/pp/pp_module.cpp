@@ -1,0 +1,311 @@
+// `gpubench pp`: what pipeline parallelism costs on this machine. The engine's layers in p
+// contiguous stages on p GPUs, stage to stage over NCCL send/recv: inference (a batch of prompts
+// in m microbatches) and training steps under the GPipe, 1F1B and interleaved 1F1B schedules,
+// each against one GPU, with its measured bubble beside the theory, its transfers, its peak
+// activation memory and a Chrome trace of its timeline.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/mpi.hpp"
+#include "gpubench/core/result.hpp"
+#include "gpubench/core/units.hpp"
+#include "pp.hpp"
+
+namespace gpubench {
+
+namespace {
+
+using namespace pp;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double ms(double s) {
+  return s * 1e3;
+}
+
+class PpModule final : public ResolvingModule<Options, Settings> {
+ public:
+  std::string name() const override { return "pp"; }
+  std::string help() const override {
+    return "Pipeline-parallel transformer: bubbles, schedules, layouts";
+  }
+
+  void add_options(CLI::App& app) override {
+    opts_ = Options{};
+    effective_.reset();
+    app.add_option("--model", opts_.model, "Model preset (default llama-2-7b)");
+    app.add_option("--model-config", opts_.model_config,
+                   "A HuggingFace config.json instead of a preset");
+    app.add_option("--pp", opts_.pp, "Stage counts (default 2,4: those the GPUs allow)");
+    app.add_option("--microbatches", opts_.microbatches,
+                   "Microbatches a step (default 1,2,4,8,16; quick 4,16)");
+    app.add_option("--schedule", opts_.schedule,
+                   "Training schedules: gpipe, 1f1b, interleaved (default gpipe,1f1b)");
+    app.add_option("--chunks", opts_.chunks, "Model chunks per stage of the interleaved schedule")
+        ->capture_default_str();
+    app.add_option("--batch", opts_.batch, "Sequences a step, split into the microbatches")
+        ->capture_default_str();
+    app.add_option("--seq-len", opts_.seq_len, "Tokens a sequence")->capture_default_str();
+    app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 8)")
+        ->capture_default_str();
+    app.add_option("--workload", opts_.workload, "inference, training or both (default both)");
+    app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
+        ->capture_default_str();
+  }
+
+  std::optional<std::string> unsupported(const System& system,
+                                         const std::vector<int>& gpus) const override {
+    if (auto why = Module::unsupported(system, gpus)) return why;
+    const int n = rank_count(gpus);
+    if (n < 2 && trim(opts_.pp).empty())
+      return fmt::format("pipeline parallelism needs 2 or more GPUs (got {})", n);
+    return std::nullopt;
+  }
+
+  bool supports_mpi() const override { return true; }
+
+  Report run(Context& ctx) override {
+    const ProcessInfo& proc = process_info();
+    const int visible = rank_count(ctx.gpus());
+    const Settings s = resolve_settings(opts_, ctx.quick(), visible);
+    effective_ = s;
+    Report report;
+    report.module = name();
+    report.config = s.to_json();
+    for (const auto& n : s.notes) report.warn(n);
+    if (!s.layouts_text.empty())
+      report.warn("--layouts: parallel layouts are not measured yet; the option is ignored");
+    std::vector<int> degrees = s.pp;
+    if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end())
+      degrees.insert(degrees.begin(), 1);  // one GPU: what speed-ups are against
+    std::unique_ptr<RankGroup> world;
+    if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
+    report.extra["process_model"] = proc.mpi
+                                        ? fmt::format("{} (one process per GPU)", proc.launcher)
+                                        : std::string("one process, a thread per GPU");
+
+    std::map<int, std::vector<InferenceOutcome>> inference;
+    std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>> training;
+    ReferenceLogits reference;
+    for (int p : degrees) {
+      if (Context::interrupted()) break;
+      if (auto group = leading_ranks(ctx, p, "--pp")) {
+        if (s.inference) inference[p] = run_inference(ctx, s, p, *group, reference);
+        if (s.training)
+          for (Schedule sch : s.schedules) {
+            if (Context::interrupted()) break;
+            // One GPU: 1F1B's order only (every schedule is the same work there; 1F1B holds
+            // the fewest activations).
+            if (p == 1 && sch != Schedule::OneFOneB) continue;
+            if (p == 1 || sch != Schedule::Interleaved || s.layers % (p * s.chunks) == 0)
+              training[{sch, p}] = run_training(ctx, s, p, sch, *group);
+          }
+      }
+      if (world) world->barrier();
+    }
+    for (const auto& [p, outcomes] : inference)
+      for (const InferenceOutcome& o : outcomes) record_inference(report, s, o, inference);
+    for (const auto& [key, outcomes] : training)
+      for (const TrainingOutcome& o : outcomes) record_training(report, s, o, training);
+    headline(report, training);
+    sweeps(report, s, training);
+    if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
+    report.settle_status();
+    return report;
+  }
+
+ private:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick, /*visible_gpus=*/0);
+  }
+
+  static const InferenceOutcome* one_gpu(const std::map<int, std::vector<InferenceOutcome>>& all) {
+    const auto it = all.find(1);
+    if (it == all.end()) return nullptr;
+    for (const InferenceOutcome& o : it->second)
+      if (o.m == 1 && o.status == "ok") return &o;
+    return nullptr;
+  }
+
+  void record_inference(Report& report, const Settings& s, const InferenceOutcome& o,
+                        const std::map<int, std::vector<InferenceOutcome>>& all) {
+    CaseResult r;
+    r.group = fmt::format("Inference: {} {} prefill, {} layers, batch {} x {} tokens",
+                          s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
+    r.name = fmt::format("p{} m{}", o.p, o.m);
+    std::string layers;
+    for (int l : o.stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
+    r.params = {{"pp", o.p}, {"microbatches", o.m}, {"stage_layers", layers}};
+    r.status = o.status;
+    r.note = o.note;
+    if (o.status != "ok") {
+      report.add(std::move(r));
+      return;
+    }
+    const double step = o.step.median_s();
+    r.metric("time", ms(step), "ms");
+    r.metric("tokens_per_s", s.batch * s.seq_len / step, "tok/s");
+    if (const InferenceOutcome* one = one_gpu(all)) {
+      const double sp = one->step.median_s() / step;
+      r.metric("speedup", sp, "x");
+      r.metric("efficiency", 100 * sp / o.p, "%");
+    }
+    if (o.p > 1) {
+      r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
+      r.metric("bubble_theory", 100 * o.bubble_theory, "%");
+      r.metric("transfer", ms(o.transfer_s), "ms");
+      r.metric("transfer_MB", o.transfer_bytes / 1e6, "MB");
+    }
+    r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
+    if (o.p > 1) r.metric("check_error", o.check_error, "rel");
+    r.stats = o.step.stats;
+    report.add(std::move(r));
+    if (o.p > 1)
+      report.attachments.emplace_back(
+          fmt::format("pp_traces/inference_p{}_m{}.json", o.p, o.m),
+          chrome_trace(o.timeline, Schedule::GPipe, 0.0,
+                       fmt::format("{} inference, {} stages, {} microbatches", s.model.name, o.p,
+                                   o.m)));
+  }
+
+  // The one-GPU training step of the same microbatch count.
+  static const TrainingOutcome* one_gpu(
+      const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all, int m) {
+    const auto it = all.find({Schedule::OneFOneB, 1});
+    if (it == all.end()) return nullptr;
+    for (const TrainingOutcome& o : it->second)
+      if (o.m == m && o.status == "ok") return &o;
+    return nullptr;
+  }
+  static const TrainingOutcome* find(
+      const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all, Schedule sch,
+      int p, int m) {
+    const auto it = all.find({sch, p});
+    if (it == all.end()) return nullptr;
+    for (const TrainingOutcome& o : it->second)
+      if (o.m == m && o.status == "ok") return &o;
+    return nullptr;
+  }
+
+  void record_training(Report& report, const Settings& s, const TrainingOutcome& o,
+                       const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
+    CaseResult r;
+    r.group = fmt::format("Training ({}): {} {}, {} layers, batch {} x {} tokens",
+                          o.p == 1 ? "one GPU" : to_string(o.schedule), s.model.name, s.dtype,
+                          s.layers, s.batch, s.seq_len);
+    r.name = fmt::format("p{} m{}", o.p, o.m);
+    std::string layers;
+    for (int l : o.stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
+    r.params = {{"pp", o.p},
+                {"microbatches", o.m},
+                {"schedule", to_string(o.schedule)},
+                {"stage_layers", layers}};
+    if (o.v > 1) r.params["chunks"] = o.v;
+    r.status = o.status;
+    r.note = o.note;
+    if (o.status != "ok") {
+      report.add(std::move(r));
+      return;
+    }
+    const double step = o.step.median_s();
+    r.metric("step", ms(step), "ms");
+    r.metric("tokens_per_s", s.batch * s.seq_len / step, "tok/s");
+    r.metric("tflops_per_gpu", o.flops / step / o.p / 1e12, "TFLOP/s");
+    if (const TrainingOutcome* one = one_gpu(all, o.m); one && o.p > 1) {
+      const double sp = one->step.median_s() / step;
+      r.metric("speedup", sp, "x");
+      r.metric("efficiency", 100 * sp / o.p, "%");
+    }
+    if (o.p > 1) {
+      r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
+      r.metric("bubble_theory", 100 * o.bubble_theory, "%");
+      r.metric("bubble_gap", 100 * (o.timeline.bubble - o.bubble_theory), "pp");
+      r.metric("transfer", ms(o.transfer_s), "ms");
+      r.metric("transfer_exposed", ms(o.transfer_exposed_s), "ms");
+      r.metric("transfer_MB", o.transfer_bytes / 1e6, "MB");
+      if (o.transfer_s > 0 && o.transfers > 0)
+        r.metric("transfer_GBps", o.transfer_bytes * o.transfers / o.transfer_s / 1e9, "GB/s");
+      if (o.transfer_alone_s > 0)
+        r.metric("nccl_alone_GBps", o.transfer_bytes / o.transfer_alone_s / 1e9, "GB/s");
+      if (o.p2p_copy_s > 0) {
+        r.metric("p2p_copy_GBps", o.transfer_bytes / o.p2p_copy_s / 1e9, "GB/s");
+        if (o.transfer_s > 0 && o.transfers > 0)
+          r.metric("transfer_vs_p2p",
+                   (o.transfer_bytes * o.transfers / o.transfer_s) / (o.transfer_bytes / o.p2p_copy_s),
+                   "x");
+      }
+    }
+    // Stage 0 holds the most microbatches in flight.
+    if (!o.peak_saved.empty()) {
+      r.metric("saved_peak_stage0", o.peak_saved.front() / kGiB, "GiB");
+      r.metric("saved_expected_stage0", o.expected_saved.front() / kGiB, "GiB");
+      if (o.schedule == Schedule::OneFOneB && o.p > 1)
+        if (const TrainingOutcome* g = find(all, Schedule::GPipe, o.p, o.m);
+            g && !g->peak_saved.empty() && g->peak_saved.front() > 0) {
+          r.metric("saved_vs_gpipe",
+                   100.0 * static_cast<double>(o.peak_saved.front()) / g->peak_saved.front(), "%");
+          r.metric("saved_bound", 100.0 * std::min(1.0, static_cast<double>(o.p) / o.m), "%");
+        }
+    }
+    r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
+    r.metric("check_error", o.check_error, "of tol");
+    r.stats = o.step.stats;
+    report.add(std::move(r));
+    if (o.p > 1)
+      report.attachments.emplace_back(
+          fmt::format("pp_traces/train_p{}_{}_m{}.json", o.p, to_string(o.schedule), o.m),
+          chrome_trace(o.timeline, o.schedule, 0.0,
+                       fmt::format("{} training, {}, {} stages, {} microbatches", s.model.name,
+                                   to_string(o.schedule), o.p, o.m)));
+  }
+
+  void headline(Report& report,
+                const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
+    if (const TrainingOutcome* o = find(all, Schedule::OneFOneB, 2, 8)) {
+      report.set_headline("pp2_bubble_measured_m8", 100 * o->timeline.bubble, "%");
+      report.set_headline("pp2_bubble_theory_m8", 100 * o->bubble_theory, "%");
+    }
+    if (const TrainingOutcome* o = find(all, Schedule::OneFOneB, 4, 16))
+      report.set_headline("pp4_1f1b_step_ms_m16", ms(o->step.median_s()), "ms");
+    if (const TrainingOutcome* o = find(all, Schedule::GPipe, 4, 16))
+      report.set_headline("pp4_gpipe_step_ms_m16", ms(o->step.median_s()), "ms");
+  }
+
+  void sweeps(Report& report, const Settings& s,
+              const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
+    Sweep b{"pp_bubble", "Training bubble against microbatches, measured and theory",
+            "microbatches", "", "bubble", "%", true, {}};
+    for (const auto& [key, outcomes] : all) {
+      if (key.second < 2) continue;
+      Series meas{fmt::format("p={} {} measured", key.second, to_string(key.first)), {}, {}};
+      Series theory{fmt::format("p={} {} theory", key.second, to_string(key.first)), {}, {}};
+      for (const TrainingOutcome& o : outcomes) {
+        if (o.status != "ok") continue;
+        meas.x.push_back(o.m);
+        meas.y.push_back(100 * o.timeline.bubble);
+        theory.x.push_back(o.m);
+        theory.y.push_back(100 * o.bubble_theory);
+      }
+      if (!meas.x.empty()) {
+        b.series.push_back(meas);
+        b.series.push_back(theory);
+      }
+    }
+    (void)s;
+    if (!b.series.empty()) report.sweeps.push_back(b);
+  }
+};
+
+}  // namespace
+
+ModulePtr make_pp_module() {
+  return std::make_unique<PpModule>();
+}
+
+}  // namespace gpubench

@@ -1,0 +1,877 @@
+// `gpubench pp` on the GPUs, training: one step of s.batch sequences in m microbatches through p
+// pipeline stages (one GPU and one thread each, or one process each under MPI), in the order a
+// schedule gives each stage (stage_order). Forward: the decoder layers' real GEMMs, attention
+// (cuDNN's fused flash attention or gpubench's own), norms and activation; backward: the input
+// and weight gradient GEMMs of every linear layer at their true shapes (weight gradients summed
+// over the microbatches), the norms' and the activation's backward kernels, and attention's
+// backward stood in for by flash-attention forwards of 2.5x its FLOPs. Activations go forward
+// and gradients back over NCCL send/recv, each direction of each stage pair on a communicator
+// and streams of its own, so that a transfer never waits behind the other direction.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "gemm_check.cuh"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/core/peers.hpp"
+#include "gpubench/model/observe.hpp"
+#include "gpubench/model/transformer.hpp"
+#include "pp.hpp"
+#include "training.cuh"
+
+namespace gpubench::pp {
+
+namespace {
+
+constexpr std::uint64_t kTokenSeed = 57;  // microbatch mb's prompts: seed kTokenSeed + mb
+constexpr std::uint64_t kWeightSeed = 7;
+constexpr int kRing = 2;  // buffers per direction and side: a transfer overlaps the next op
+
+GemmDtype gemm_dtype_of(ActDtype d) {
+  return d == ActDtype::BF16 ? GemmDtype::Bf16 : GemmDtype::Fp16;
+}
+ncclDataType_t nccl_type_of(ActDtype d) {
+  return d == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+}
+
+// Offsets, in elements of one row, of what a decoder layer saves for its backward (stage_work's
+// list): layer input, normed input, q|k|v, attention output, mid residual, post-norm input of
+// the MLP, gate|up (or up) output and the activation.
+struct SavedRow {
+  std::int64_t x_in, xn1, qkv, attn, x_mid, xn2, up, act, per_layer;
+};
+SavedRow saved_row(const model::ModelConfig& m) {
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  SavedRow r{};
+  r.x_in = 0;
+  r.xn1 = r.x_in + H;
+  r.qkv = r.xn1 + H;
+  r.attn = r.qkv + Q + 2 * KV;
+  r.x_mid = r.attn + Q;
+  r.xn2 = r.x_mid + H;
+  r.up = r.xn2 + H;
+  r.act = r.up + (m.gated_mlp ? 2 * I : I);
+  r.per_layer = r.act + I;
+  return r;
+}
+
+// A GEMM plan with the algorithm the heuristic ranks first.
+struct Gemm {
+  std::unique_ptr<GemmPlan> plan;
+  GemmAlgo algo;
+  void run(const void* a, const void* b, void* d, void* ws, cudaStream_t st,
+           bool accumulate = false) const {
+    plan->run(algo, a, b, d, ws, st, accumulate);
+  }
+};
+
+// One linear layer Y[rows, out] = X[rows, in] W^T with its weight, its gradient and the three
+// GEMMs (column-major terms): forward Y^T = W X^T (TN), input gradient dX^T = W^T dY^T (NN),
+// weight gradient dW^T = X^T dY (NT).
+struct TrainLinear {
+  std::int64_t out = 0, in = 0;
+  DeviceBuffer w, grad;
+  Gemm fwd, dx, dw;
+};
+
+struct TrainLayer {
+  TrainLinear qkv, o, up, down;
+  DeviceBuffer n1, n2;  // norm weights (ones)
+};
+
+// A pipeline stage's part of the model for training: v chunks of decoder layers (the first
+// chunk of stage 0 starts with the embedding, the last chunk of the last stage ends with the
+// final norm and the LM head), the scratch of one microbatch and a memory pool for the saved
+// activations of the microbatches in flight.
+class TrainStage {
+ public:
+  TrainStage(const Settings& s, int device, std::vector<int> chunk_first,
+             std::vector<int> chunk_layers, bool first_stage, bool last_stage, std::int64_t seqs)
+      : s_(s), m_(s.model), device_(device), first_(std::move(chunk_first)),
+        layers_(std::move(chunk_layers)), first_stage_(first_stage), last_stage_(last_stage),
+        seqs_(seqs), rows_(seqs * s.seq_len), dtype_(s.dtype == "fp16" ? ActDtype::F16
+                                                                       : ActDtype::BF16),
+        eb_(static_cast<std::int64_t>(act_bytes(dtype_))), row_(saved_row(s.model)),
+        attention_(device, model::AttentionPath::Auto) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    GPB_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props));
+    std::uint64_t keep = ~0ull;  // keep what was reserved: no release between steps
+    GPB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  ~TrainStage() {
+    if (pool_) (void)cudaMemPoolDestroy(pool_);
+  }
+  TrainStage(const TrainStage&) = delete;
+  TrainStage& operator=(const TrainStage&) = delete;
+
+  // Weights (seeded per global layer), gradients, scratch, the GEMM plans; the microbatches'
+  // token ids on the first stage.
+  void build(int microbatches, cudaStream_t st) {
+    const std::int64_t H = m_.hidden_size, Q = m_.q_dim(), KV = m_.kv_dim(),
+                       I = m_.intermediate_size, V = m_.vocab_size, R = rows_;
+    const std::int64_t U = m_.gated_mlp ? 2 * I : I;
+    ws_ = DeviceBuffer(device_, gemm_workspace_bytes(9));
+    for (std::size_t c = 0; c < layers_.size(); ++c) {
+      for (int l = 0; l < layers_[c]; ++l) {
+        const std::uint64_t g = static_cast<std::uint64_t>(first_[c] + l);
+        TrainLayer L;
+        make_linear(L.qkv, Q + 2 * KV, H, 100 * g + 1, st);
+        make_linear(L.o, H, Q, 100 * g + 2, st);
+        make_linear(L.up, U, H, 100 * g + 3, st);
+        make_linear(L.down, H, I, 100 * g + 4, st);
+        L.n1 = ones(H, st);
+        L.n2 = ones(H, st);
+        layers_w_.push_back(std::move(L));
+      }
+    }
+    if (first_stage_) {
+      embed_ = scratch(V * H);
+      fill_weight(embed_.get(), V, static_cast<int>(H), 0, 0, H, kWeightSeed, 1, 1.0f, dtype_, st);
+      ids_ = DeviceBuffer(device_, static_cast<std::size_t>(microbatches * R) * 4);
+      for (int mb = 0; mb < microbatches; ++mb)
+        fill_tokens(ids_.as<std::int32_t>() + mb * R, R, static_cast<int>(V), kTokenSeed + mb, st);
+    }
+    if (last_stage_) {
+      make_linear(head_, V, H, 2, st);
+      nf_ = ones(H, st);
+      logits_ = scratch(R * V);
+    }
+    // Scratch of one microbatch: the gradient's pieces inside a layer.
+    d_act_ = scratch(R * U);
+    d_up_ = scratch(R * U);
+    d_xn_ = scratch(R * H);
+    d_attn_ = scratch(R * Q);
+    // The q|k|v gradient the attention backward would produce: a fixed random one of its shape
+    // (the stand-in's own output goes to d_attn_); the GEMMs after it see real-looking values.
+    d_qkv_ = scratch(R * (Q + 2 * KV));
+    fill_weight(d_qkv_.get(), R, static_cast<int>(Q + 2 * KV), 0, 0, Q + 2 * KV, kWeightSeed, 3,
+                1.0f, dtype_, st);
+    attention_.prepare(attention_args(false));
+    if (m_.num_heads % 2 == 0) attention_.prepare(attention_args(true));
+    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+  std::int64_t rows() const { return rows_; }
+  std::uint64_t transfer_bytes() const { return static_cast<std::uint64_t>(rows_ * m_.hidden_size * eb_); }
+  // Bytes saved per microbatch through chunk c.
+  std::uint64_t slab_bytes(int c) const {
+    std::int64_t elems = layers_[static_cast<std::size_t>(c)] * row_.per_layer;
+    if (has_head(c)) elems += 2 * m_.hidden_size;  // the final norm's input and output
+    return static_cast<std::uint64_t>(rows_ * elems * eb_);
+  }
+  std::uint64_t fixed_bytes() const { return fixed_; }
+  cudaMemPool_t pool() const { return pool_; }
+  std::uint64_t pool_high() const {
+    std::uint64_t v = 0;
+    GPB_CUDA_CHECK(cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &v));
+    return v;
+  }
+  void reset_pool_high() const {
+    std::uint64_t zero = 0;
+    GPB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
+  }
+  bool has_embed(int c) const { return first_stage_ && c == 0; }
+  bool has_head(int c) const { return last_stage_ && c + 1 == static_cast<int>(layers_.size()); }
+
+  // Saved activations of one microbatch through chunk c, from the pool, in stream order.
+  unsigned char* allocate(int c, cudaStream_t st) {
+    void* p = nullptr;
+    GPB_CUDA_CHECK(cudaMallocFromPoolAsync(&p, slab_bytes(c), pool_, st));
+    return static_cast<unsigned char*>(p);
+  }
+  static void release(unsigned char* slab, cudaStream_t st) {
+    GPB_CUDA_CHECK(cudaFreeAsync(slab, st));
+  }
+
+  // Where chunk c's input goes in its slab ([rows, H]): copied there from the receive buffer,
+  // or written by the embedding.
+  unsigned char* input_of(unsigned char* slab) const { return at(slab, 0, row_.x_in); }
+
+  // Forward of microbatch mb through chunk c: the embedding first on the first chunk of stage 0
+  // (else the input is in the slab already), every layer, the output into `out` (not on the
+  // model's last chunk, whose LM head writes logits_).
+  void forward(int c, int mb, unsigned char* slab, void* out, cudaStream_t st) {
+    const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
+    if (has_embed(c))
+      embedding_lookup(input_of(slab), embed_.get(), ids_.as<std::int32_t>() + mb * R, R,
+                       static_cast<int>(H), nullptr, nullptr, dtype_, st);
+    const int n = layers_[static_cast<std::size_t>(c)];
+    for (int l = 0; l < n; ++l) {
+      const TrainLayer& L = layer(c, l);
+      unsigned char* xi = at(slab, l, row_.x_in);
+      unsigned char* xn1 = at(slab, l, row_.xn1);
+      unsigned char* qkv = at(slab, l, row_.qkv);
+      unsigned char* attn = at(slab, l, row_.attn);
+      unsigned char* xm = at(slab, l, row_.x_mid);
+      unsigned char* xn2 = at(slab, l, row_.xn2);
+      unsigned char* up = at(slab, l, row_.up);
+      unsigned char* act = at(slab, l, row_.act);
+      rms_norm(xn1, xi, L.n1.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      L.qkv.fwd.run(L.qkv.w.get(), xn1, qkv, ws_.get(), st);
+      AttentionArgs a = attention_args(false);
+      set_qkv(a, qkv, attn);
+      attention_.run(a, st);
+      L.o.fwd.run(L.o.w.get(), attn, xm, ws_.get(), st);
+      residual_add(xm, xi, R * H, dtype_, st);
+      rms_norm(xn2, xm, L.n2.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      L.up.fwd.run(L.up.w.get(), xn2, up, ws_.get(), st);
+      if (m_.gated_mlp)
+        swiglu(act, up, R, static_cast<int>(I), dtype_, st);
+      else
+        gelu(act, up, R * I, true, dtype_, st);
+      // The layer's output: the next layer's saved input, or the chunk's output.
+      const bool last = l + 1 == n;
+      void* y = last ? (has_head(c) ? at(slab, n, 0) : out) : at(slab, l + 1, row_.x_in);
+      L.down.fwd.run(L.down.w.get(), act, y, ws_.get(), st);
+      residual_add(y, xm, R * H, dtype_, st);
+    }
+    if (has_head(c)) {
+      unsigned char* xf = at(slab, n, 0);
+      unsigned char* xnf = xf + R * H * eb_;
+      rms_norm(xnf, xf, nf_.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      head_.fwd.run(head_.w.get(), xnf, logits_.get(), ws_.get(), st);
+    }
+  }
+
+  // Backward of microbatch mb through chunk c: from `grad` [rows, H] (received; on the model's
+  // last chunk the logits stand in for the loss gradient), layer by layer in reverse; the
+  // gradient of the chunk's input is left in `grad` (sent on unless this is the first chunk of
+  // stage 0). Weight gradients accumulate. With `check`, the first layer's qkv input-gradient
+  // GEMM and a fresh copy of its weight-gradient GEMM are checked against a reference (tallies
+  // in `tally`) before the slab goes.
+  void backward(int c, unsigned char* slab, void* grad, cudaStream_t st, bool accumulate,
+                GemmCheckTally* tally) {
+    const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
+    const int n = layers_[static_cast<std::size_t>(c)];
+    if (has_head(c)) {
+      unsigned char* xf = at(slab, n, 0);
+      unsigned char* xnf = xf + R * H * eb_;
+      head_.dx.run(head_.w.get(), logits_.get(), d_xn_.get(), ws_.get(), st);
+      head_.dw.run(xnf, logits_.get(), head_.grad.get(), ws_.get(), st, accumulate);
+      GPB_CUDA_CHECK(cudaMemsetAsync(grad, 0, static_cast<std::size_t>(R * H * eb_), st));
+      rms_norm_backward(grad, xf, nf_.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+                        st);
+    }
+    for (int l = n - 1; l >= 0; --l) {
+      TrainLayer& L = layer(c, l);
+      unsigned char* xi = at(slab, l, row_.x_in);
+      unsigned char* xn1 = at(slab, l, row_.xn1);
+      unsigned char* qkv = at(slab, l, row_.qkv);
+      unsigned char* attn = at(slab, l, row_.attn);
+      unsigned char* xm = at(slab, l, row_.x_mid);
+      unsigned char* xn2 = at(slab, l, row_.xn2);
+      unsigned char* up = at(slab, l, row_.up);
+      unsigned char* act = at(slab, l, row_.act);
+      // MLP: down, activation, up, post-attention norm (into the residual's gradient).
+      L.down.dx.run(L.down.w.get(), grad, d_act_.get(), ws_.get(), st);
+      L.down.dw.run(act, grad, L.down.grad.get(), ws_.get(), st, accumulate);
+      if (m_.gated_mlp)
+        swiglu_backward(d_up_.get(), up, d_act_.get(), R, static_cast<int>(I), dtype_, st);
+      else
+        gelu_tanh_backward(d_up_.get(), up, d_act_.get(), R * I, dtype_, st);
+      L.up.dx.run(L.up.w.get(), d_up_.get(), d_xn_.get(), ws_.get(), st);
+      L.up.dw.run(xn2, d_up_.get(), L.up.grad.get(), ws_.get(), st, accumulate);
+      rms_norm_backward(grad, xm, L.n2.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+                        st);
+      // Attention: out projection, the stand-in, qkv, input norm.
+      L.o.dx.run(L.o.w.get(), grad, d_attn_.get(), ws_.get(), st);
+      L.o.dw.run(attn, grad, L.o.grad.get(), ws_.get(), st, accumulate);
+      attention_backward_stand_in(qkv, st);
+      L.qkv.dx.run(L.qkv.w.get(), d_qkv_.get(), d_xn_.get(), ws_.get(), st);
+      L.qkv.dw.run(xn1, d_qkv_.get(), L.qkv.grad.get(), ws_.get(), st, accumulate);
+      if (tally && l == 0) check_linear(L.qkv, xn1, tally, st);
+      rms_norm_backward(grad, xi, L.n1.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+                        st);
+    }
+  }
+
+  // Sum of |gradient| entries sampled from every weight gradient of the stage is finite.
+  bool gradients_finite() const {
+    for (const TrainLayer& L : layers_w_)
+      for (const TrainLinear* t : {&L.qkv, &L.o, &L.up, &L.down}) {
+        const auto v = model::to_host_values(t->grad.get(), 4096, dtype_);
+        for (double x : v)
+          if (!std::isfinite(x)) return false;
+      }
+    return true;
+  }
+
+ private:
+  float eps() const { return static_cast<float>(m_.norm_eps); }
+  TrainLayer& layer(int c, int l) {
+    int k = 0;
+    for (int j = 0; j < c; ++j) k += layers_[static_cast<std::size_t>(j)];
+    return layers_w_[static_cast<std::size_t>(k + l)];
+  }
+  unsigned char* at(unsigned char* slab, int l, std::int64_t col) const {
+    return slab + (static_cast<std::int64_t>(l) * row_.per_layer * rows_ + col * rows_) * eb_;
+  }
+  // Elements that stay for the run (counted in fixed_bytes()).
+  DeviceBuffer scratch(std::int64_t elems) {
+    DeviceBuffer b(device_, static_cast<std::size_t>(elems * eb_));
+    fixed_ += b.bytes();
+    return b;
+  }
+  DeviceBuffer ones(std::int64_t n, cudaStream_t st) {
+    DeviceBuffer b(device_, static_cast<std::size_t>(n * eb_));
+    fill_ones(b.get(), n, dtype_, st);
+    fixed_ += b.bytes();
+    return b;
+  }
+  Gemm plan(const GemmShape& shape) {
+    Gemm g;
+    g.plan = std::make_unique<GemmPlan>(handle_, gemm_dtype_of(dtype_), shape, ws_.bytes());
+    g.algo = g.plan->candidates(1).front();
+    return g;
+  }
+  void make_linear(TrainLinear& t, std::int64_t out, std::int64_t in, std::uint64_t id,
+                   cudaStream_t st) {
+    t.out = out;
+    t.in = in;
+    const auto bytes = static_cast<std::size_t>(out * in * eb_);
+    t.w = DeviceBuffer(device_, bytes);
+    t.grad = DeviceBuffer(device_, bytes);
+    fixed_ += 2 * bytes;
+    fill_weight(t.w.get(), out, static_cast<int>(in), 0, 0, in, kWeightSeed, id,
+                1.0f / std::sqrt(static_cast<float>(in)), dtype_, st);
+    GPB_CUDA_CHECK(cudaMemsetAsync(t.grad.get(), 0, bytes, st));
+    t.fwd = plan(GemmShape{out, rows_, in, true, false});
+    t.dx = plan(GemmShape{in, rows_, out, false, false});
+    t.dw = plan(GemmShape{in, out, rows_, false, true});
+  }
+  // Causal attention of a microbatch straight from the fused q|k|v rows; `half`: half the
+  // heads (and KV heads), for the stand-in's last half pass.
+  AttentionArgs attention_args(bool half) const {
+    AttentionArgs a;
+    a.dtype = dtype_ == ActDtype::BF16 ? AttnDtype::BF16 : AttnDtype::F16;
+    a.batch = static_cast<int>(seqs_);
+    a.q_tokens = static_cast<int>(s_.seq_len);
+    a.max_context = static_cast<int>(s_.seq_len);
+    a.heads = half ? m_.num_heads / 2 : m_.num_heads;
+    a.kv_heads = half ? std::max(1, m_.num_kv_heads / 2) : m_.num_kv_heads;
+    a.head_dim = m_.head_dim;
+    a.q_stride = a.kv_stride = m_.q_dim() + 2 * m_.kv_dim();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(m_.head_dim));
+    return a;
+  }
+  void set_qkv(AttentionArgs& a, unsigned char* qkv, void* out) const {
+    a.q = qkv;
+    a.k = qkv + m_.q_dim() * eb_;
+    a.v = qkv + (m_.q_dim() + m_.kv_dim()) * eb_;
+    a.out = out;
+  }
+  // Attention's backward stood in for by 2.5x its forward FLOPs of the same kernels: two
+  // forwards over every head and one over half of them (three whole ones when the heads are
+  // odd), on the saved q, k, v, into d_attn_.
+  void attention_backward_stand_in(unsigned char* qkv, cudaStream_t st) {
+    const bool halves = m_.num_heads % 2 == 0 && (m_.num_heads / 2) % std::max(1, m_.num_kv_heads / 2) == 0;
+    for (int k = 0; k < 3; ++k) {
+      AttentionArgs a = attention_args(k == 2 && halves);
+      set_qkv(a, qkv, d_attn_.get());
+      attention_.run(a, st);
+    }
+  }
+  void check_linear(const TrainLinear& t, const void* x, GemmCheckTally* tally, cudaStream_t st) {
+    const GemmTolerance tol = gemm_tolerance(gemm_dtype_of(dtype_));
+    const GemmElement e = gemm_type_info(gemm_dtype_of(dtype_)).a;
+    GemmCheckArgs dx;
+    dx.a_type = dx.b_type = dx.d_type = e;
+    dx.shape = t.dx.plan->shape();
+    dx.tolerance = tol;
+    dx.a = t.w.get();
+    dx.b = d_qkv_.get();
+    dx.d = d_xn_.get();
+    dx.entries = 4096;
+    check_gemm(dx, tally, st);
+    // The weight gradient alone (not accumulated) into a buffer of its own.
+    if (!check_) check_ = DeviceBuffer(device_, t.grad.bytes());
+    void* dst = check_.get();
+    t.dw.run(x, d_qkv_.get(), dst, ws_.get(), st);
+    GemmCheckArgs dw = dx;
+    dw.shape = t.dw.plan->shape();
+    dw.a = x;
+    dw.b = d_qkv_.get();
+    dw.d = dst;
+    check_gemm(dw, tally, st);
+  }
+
+  const Settings& s_;
+  const model::ModelConfig& m_;
+  int device_;
+  std::vector<int> first_, layers_;
+  bool first_stage_, last_stage_;
+  std::int64_t seqs_, rows_;
+  ActDtype dtype_;
+  std::int64_t eb_;
+  SavedRow row_;
+  CublasLtHandle handle_;
+  model::AttentionRunner attention_;
+  cudaMemPool_t pool_ = nullptr;
+  std::vector<TrainLayer> layers_w_;
+  TrainLinear head_;
+  DeviceBuffer embed_, ids_, nf_, logits_, ws_;
+  DeviceBuffer d_act_, d_up_, d_xn_, d_attn_, d_qkv_, check_;
+  std::uint64_t fixed_ = 0;
+};
+
+}  // namespace
+
+std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch) {
+  if (sch == Schedule::Interleaved) {
+    // Every chunk alike: layers / (p x chunks) each (resolve_settings checked that it divides).
+    return std::vector<int>(static_cast<std::size_t>(p), s.layers / p);
+  }
+  // Equal layers; the LM head's forward and backward on the last stage.
+  const StageWork one = stage_work(s.model, 1, false, 1, s.seq_len, 2);
+  const StageWork with_head = stage_work(s.model, 1, true, 1, s.seq_len, 2);
+  const double layer = one.forward_flops + one.backward_flops;
+  const double head =
+      with_head.forward_flops + with_head.backward_flops - layer;
+  return balance_stages(std::vector<double>(static_cast<std::size_t>(s.layers), layer), p, 0.0,
+                        head);
+}
+
+std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p, Schedule sch,
+                                          RankGroup& group) {
+  if (group.size() != p)
+    throw InputError(fmt::format("--pp: {} ranks for {} stages", group.size(), p));
+  const int v = sch == Schedule::Interleaved ? s.chunks : 1;
+  const std::vector<int> stage_layers = training_stage_layers(s, p, sch);
+  const MeasureOptions mo = model::engine_step_options(ctx);
+  const ActDtype dtype = s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
+  const ncclDataType_t type = nccl_type_of(dtype);
+  // Forward edges stage e -> e + 1 (around the ring, p-1 -> 0, when interleaved); each carries
+  // activations on one communicator and gradients back on another.
+  const int edges = p < 2 ? 0 : (v > 1 ? p : p - 1);
+  std::vector<TrainingOutcome> out;
+  // The copy engines' peer copy of a transfer alone needs peer access (one process only).
+  bool peer_copy = false;
+  if (p > 1 && !group.is_mpi()) {
+    const PeerAccess peers(group.devices());
+    peer_copy = peers.pair(group.devices()[0], group.devices()[1]);
+  }
+
+  group.run([&](Rank& self) {
+    const int stage = self.rank;
+    cudaStream_t st = self.stream->get();
+    std::vector<ncclUniqueId> ids(static_cast<std::size_t>(2 * edges));
+    if (self.rank == 0)
+      for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+    if (edges > 0) group.broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
+    // This stage's edge in (from the previous stage) and out (to the next), in edge order so
+    // that the pairs' initializations cannot wait on each other in a cycle.
+    const int in_edge = v > 1 ? (stage + p - 1) % p : stage - 1;
+    const int out_edge = v > 1 || stage < p - 1 ? stage : -1;
+    NcclComm f_in, b_in, f_out, b_out;  // activations in/out, gradients back to in / from out
+    for (int e = 0; e < edges; ++e) {
+      const auto E = static_cast<std::size_t>(e);
+      if (e == out_edge) {
+        f_out = NcclComm(ids[2 * E], 2, 0);
+        b_out = NcclComm(ids[2 * E + 1], 2, 0);
+      }
+      if (e == in_edge) {
+        f_in = NcclComm(ids[2 * E], 2, 1);
+        b_in = NcclComm(ids[2 * E + 1], 2, 1);
+      }
+    }
+
+    for (int m : s.microbatches) {
+      if (Context::interrupted()) break;
+      const std::int64_t seqs = s.batch / m;
+      TrainingOutcome o;
+      o.schedule = sch;
+      o.p = p;
+      o.m = m;
+      o.v = v;
+      o.micro_sequences = seqs;
+      o.stage_layers = stage_layers;
+      o.bubble_theory = theory_bubble(sch, p, m, v);
+      if (self.rank == 0)
+        spdlog::info("pp: training, {}, {} stages, {} microbatches of {} sequences",
+                     to_string(sch), p, m, seqs);
+
+      // The chunks of this stage: global first layer and count.
+      std::vector<int> first, count;
+      if (v > 1) {
+        const int per = s.layers / (p * v);
+        for (int c = 0; c < v; ++c) {
+          first.push_back((c * p + stage) * per);
+          count.push_back(per);
+        }
+      } else {
+        int f = 0;
+        for (int j = 0; j < stage; ++j) f += stage_layers[static_cast<std::size_t>(j)];
+        first.push_back(f);
+        count.push_back(stage_layers[static_cast<std::size_t>(stage)]);
+      }
+      TrainStage ts(s, self.device, first, count, stage == 0, stage == p - 1, seqs);
+      ts.build(m, st);
+      const std::vector<Op> order = stage_order(sch, p, m, v, stage);
+      const std::int64_t R = ts.rows(), H = s.model.hidden_size;
+      const std::size_t hb = ts.transfer_bytes();
+      const std::size_t helems = static_cast<std::size_t>(R * H);
+      o.transfer_bytes = static_cast<double>(hb);
+
+      // Rings: forward receive, forward send, backward receive, backward work-and-send.
+      struct Ring {
+        std::array<DeviceBuffer, kRing> buf;
+        std::array<Event, kRing> ready, free;
+        int next = 0, last = -1;
+      };
+      auto make_ring = [&](Ring& r) {
+        for (int k = 0; k < kRing; ++k) {
+          r.buf[static_cast<std::size_t>(k)] = DeviceBuffer(self.device, hb);
+          r.ready[static_cast<std::size_t>(k)] = Event(self.device, false);
+          r.free[static_cast<std::size_t>(k)] = Event(self.device, false);
+        }
+      };
+      Ring frecv, fsend, brecv, bwork;
+      for (Ring* r : {&frecv, &fsend, &brecv, &bwork}) make_ring(*r);
+      Stream s_frecv(self.device), s_fsend(self.device), s_brecv(self.device),
+          s_bsend(self.device);
+      Event join(self.device, false);
+      std::vector<unsigned char*> slabs(static_cast<std::size_t>(m * v), nullptr);
+      // Per op of the order (timeline step only): compute ready / start / end, receive start /
+      // end, send start / end.
+      constexpr int kMarks = 7;
+      std::vector<Event> marks;
+      DeviceBuffer tally(self.device, sizeof(GemmCheckTally));
+
+      auto vstage = [&](const Op& op) { return op.chunk * p + stage; };
+      const int last_v = p * v - 1;
+      auto rec = [&](bool mark, std::size_t i, int k, cudaStream_t on) {
+        if (mark) marks[i * kMarks + static_cast<std::size_t>(k)].record(on);
+      };
+      auto step = [&](cudaStream_t cs, bool mark, bool check) {
+        std::vector<bool> seen(static_cast<std::size_t>(v), false);  // first backward per chunk
+        const Op* last_b = nullptr;
+        for (const Op& op : order)
+          if (!op.forward) last_b = &op;
+        for (std::size_t i = 0; i < order.size(); ++i) {
+          const Op& op = order[i];
+          const int k = vstage(op);
+          const std::size_t slot_id = static_cast<std::size_t>(op.mb * v + op.chunk);
+          if (op.forward) {
+            unsigned char* slab = ts.allocate(op.chunk, cs);
+            slabs[slot_id] = slab;
+            int in_slot = -1;
+            if (k > 0) {  // receive the activations, early, into the ring
+              in_slot = frecv.next;
+              frecv.next = (frecv.next + 1) % kRing;
+              const auto S = static_cast<std::size_t>(in_slot);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_frecv.get(), frecv.free[S].get(), 0));
+              rec(mark, i, 3, s_frecv.get());
+              GPB_NCCL_CHECK(ncclRecv(frecv.buf[S].get(), helems, type, 0, f_in.get(),
+                                      s_frecv.get()));
+              rec(mark, i, 4, s_frecv.get());
+              frecv.ready[S].record(s_frecv.get());
+              frecv.last = in_slot;
+            }
+            rec(mark, i, 0, cs);
+            int out_slot = -1;
+            if (k < last_v) {
+              out_slot = fsend.next;
+              fsend.next = (fsend.next + 1) % kRing;
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(
+                  cs, fsend.free[static_cast<std::size_t>(out_slot)].get(), 0));
+            }
+            if (in_slot >= 0) {
+              const auto S = static_cast<std::size_t>(in_slot);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, frecv.ready[S].get(), 0));
+              rec(mark, i, 1, cs);
+              GPB_CUDA_CHECK(cudaMemcpyAsync(ts.input_of(slab), frecv.buf[S].get(), hb,
+                                             cudaMemcpyDeviceToDevice, cs));
+              frecv.free[S].record(cs);
+            } else {
+              rec(mark, i, 1, cs);
+            }
+            ts.forward(op.chunk, op.mb, slab,
+                       out_slot >= 0 ? fsend.buf[static_cast<std::size_t>(out_slot)].get()
+                                     : nullptr,
+                       cs);
+            rec(mark, i, 2, cs);
+            if (out_slot >= 0) {
+              const auto S = static_cast<std::size_t>(out_slot);
+              fsend.ready[S].record(cs);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_fsend.get(), fsend.ready[S].get(), 0));
+              rec(mark, i, 5, s_fsend.get());
+              GPB_NCCL_CHECK(ncclSend(fsend.buf[S].get(), helems, type, 1, f_out.get(),
+                                      s_fsend.get()));
+              rec(mark, i, 6, s_fsend.get());
+              fsend.free[S].record(s_fsend.get());
+              fsend.last = out_slot;
+            }
+          } else {
+            unsigned char* slab = slabs[slot_id];
+            int in_slot = -1;
+            if (k < last_v) {  // receive the gradient from the next stage
+              in_slot = brecv.next;
+              brecv.next = (brecv.next + 1) % kRing;
+              const auto S = static_cast<std::size_t>(in_slot);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_brecv.get(), brecv.free[S].get(), 0));
+              rec(mark, i, 3, s_brecv.get());
+              GPB_NCCL_CHECK(ncclRecv(brecv.buf[S].get(), helems, type, 0, b_out.get(),
+                                      s_brecv.get()));
+              rec(mark, i, 4, s_brecv.get());
+              brecv.ready[S].record(s_brecv.get());
+              brecv.last = in_slot;
+            }
+            rec(mark, i, 0, cs);
+            const int w = bwork.next;
+            bwork.next = (bwork.next + 1) % kRing;
+            const auto W = static_cast<std::size_t>(w);
+            GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, bwork.free[W].get(), 0));
+            if (in_slot >= 0) {
+              const auto S = static_cast<std::size_t>(in_slot);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, brecv.ready[S].get(), 0));
+              rec(mark, i, 1, cs);
+              GPB_CUDA_CHECK(cudaMemcpyAsync(bwork.buf[W].get(), brecv.buf[S].get(), hb,
+                                             cudaMemcpyDeviceToDevice, cs));
+              brecv.free[S].record(cs);
+            } else {
+              rec(mark, i, 1, cs);
+            }
+            const bool first_b = !seen[static_cast<std::size_t>(op.chunk)];
+            seen[static_cast<std::size_t>(op.chunk)] = true;
+            const bool check_here = check && &op == last_b;
+            ts.backward(op.chunk, slab, bwork.buf[W].get(), cs, !first_b,
+                        check_here ? tally.as<GemmCheckTally>() : nullptr);
+            TrainStage::release(slab, cs);
+            slabs[slot_id] = nullptr;
+            rec(mark, i, 2, cs);
+            if (k > 0) {
+              bwork.ready[W].record(cs);
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_bsend.get(), bwork.ready[W].get(), 0));
+              rec(mark, i, 5, s_bsend.get());
+              GPB_NCCL_CHECK(ncclSend(bwork.buf[W].get(), helems, type, 1, b_in.get(),
+                                      s_bsend.get()));
+              rec(mark, i, 6, s_bsend.get());
+              bwork.free[W].record(s_bsend.get());
+              bwork.last = w;
+            } else {
+              bwork.free[W].record(cs);
+            }
+          }
+        }
+        // Join the side streams back into the step's stream.
+        for (Stream* side : {&s_frecv, &s_fsend, &s_brecv, &s_bsend}) stream_wait(cs, side->get(), join);
+      };
+
+      // Checked once: the qkv gradient GEMMs of the stage's last backward against a reference,
+      // the weight gradients finite, and the last transfer each way equal on both sides.
+      GPB_CUDA_CHECK(cudaMemsetAsync(tally.get(), 0, sizeof(GemmCheckTally), st));
+      step(st, false, true);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      GemmCheckTally t{};
+      GPB_CUDA_CHECK(cudaMemcpy(&t, tally.get(), sizeof t, cudaMemcpyDeviceToHost));
+      float ratio = 0;
+      std::memcpy(&ratio, &t.max_error_ratio_bits, sizeof ratio);
+      std::string why;
+      if (t.checked == 0 || t.wrong > 0)
+        why = fmt::format("stage {}: {} of {} gradient GEMM entries outside tolerance", stage,
+                          t.wrong, t.checked);
+      else if (!ts.gradients_finite())
+        why = fmt::format("stage {}: a weight gradient is not finite", stage);
+      // Transfers: what each stage last sent against what its neighbour last received.
+      auto digest = [&](const Ring& r) {
+        if (r.last < 0) return -1.0;
+        std::vector<std::uint64_t> h(hb / 8);
+        GPB_CUDA_CHECK(cudaMemcpy(h.data(), r.buf[static_cast<std::size_t>(r.last)].get(),
+                                  h.size() * 8, cudaMemcpyDeviceToHost));
+        std::uint64_t x = 1469598103934665603ull;
+        for (std::uint64_t w : h) x = (x ^ w) * 1099511628211ull;
+        return static_cast<double>(x >> 12);  // exact in a double
+      };
+      const auto sent_f = group.all_gather(self.rank, digest(fsend));
+      const auto got_f = group.all_gather(self.rank, digest(frecv));
+      const auto sent_b = group.all_gather(self.rank, digest(bwork));
+      const auto got_b = group.all_gather(self.rank, digest(brecv));
+      for (int e = 0; e < edges && why.empty(); ++e) {
+        const auto a = static_cast<std::size_t>(e), b = static_cast<std::size_t>((e + 1) % p);
+        if (sent_f[a] != got_f[b])
+          why = fmt::format("activations stage {} sent differ from what stage {} received", e,
+                            (e + 1) % p);
+        else if (sent_b[b] != got_b[a])
+          why = fmt::format("gradients stage {} sent differ from what stage {} received",
+                            (e + 1) % p, e);
+      }
+      const auto bad = group.all_gather(self.rank, why.empty() ? 0.0 : 1.0 + ratio);
+      const auto worst_ratio = group.all_gather(self.rank, static_cast<double>(ratio));
+      o.check_error = *std::max_element(worst_ratio.begin(), worst_ratio.end());
+      for (int j = 0; j < p; ++j)
+        if (bad[static_cast<std::size_t>(j)] > 0) o.status = "failed";
+      if (!why.empty()) o.note = why;
+      if (o.status != "ok" && o.note.empty()) o.note = "a stage's checks failed (see its log)";
+      if (!why.empty()) spdlog::error("pp: {}", why);
+
+      // Timed.
+      if (o.status == "ok")
+        o.step = group.measure(self, [&](cudaStream_t s2, int) { step(s2, false, false); }, mo);
+
+      // One more step with events: the timeline, the transfers, the activation peak.
+      marks.clear();
+      for (std::size_t k = 0; k < order.size() * kMarks; ++k) marks.emplace_back(self.device);
+      Event start(self.device);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      ts.reset_pool_high();
+      group.barrier();
+      start.record(st);
+      step(st, true, false);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      const std::uint64_t high = ts.pool_high();
+      std::vector<std::vector<double>> at(order.size(), std::vector<double>(kMarks, -1.0));
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        const Op& op = order[i];
+        const int k = vstage(op);
+        const bool recv = op.forward ? k > 0 : k < last_v;
+        const bool send = op.forward ? k < last_v : k > 0;
+        for (int j = 0; j < kMarks; ++j) {
+          if ((j == 3 || j == 4) && !recv) continue;
+          if ((j == 5 || j == 6) && !send) continue;
+          at[i][static_cast<std::size_t>(j)] =
+              marks[i * kMarks + static_cast<std::size_t>(j)].seconds_since(start);
+        }
+      }
+      // Every stage's marks (the same number of ops on every stage), gathered in stage order.
+      std::vector<std::vector<std::vector<double>>> all(
+          static_cast<std::size_t>(p),
+          std::vector<std::vector<double>>(order.size(), std::vector<double>(kMarks)));
+      for (std::size_t i = 0; i < order.size(); ++i)
+        for (int j = 0; j < kMarks; ++j) {
+          const auto g = group.all_gather(self.rank, at[i][static_cast<std::size_t>(j)]);
+          for (int r = 0; r < p; ++r)
+            all[static_cast<std::size_t>(r)][i][static_cast<std::size_t>(j)] =
+                g[static_cast<std::size_t>(r)];
+        }
+      const auto highs = group.all_gather(self.rank, static_cast<double>(high));
+      // Expected peak: the slabs in flight along this stage's order.
+      double expected = 0, held = 0;
+      for (const Op& op : order) {
+        const double b = static_cast<double>(ts.slab_bytes(op.chunk));
+        held += op.forward ? b : -b;
+        expected = std::max(expected, held);
+      }
+      const auto expecteds = group.all_gather(self.rank, expected);
+      const auto fixed = group.all_gather(self.rank, static_cast<double>(ts.fixed_bytes()));
+
+      if (self.rank == 0) {
+        // Orders of every stage, to find a receive's sender.
+        std::vector<std::vector<Op>> orders;
+        for (int j = 0; j < p; ++j) orders.push_back(stage_order(sch, p, m, v, j));
+        auto find = [&](int j, const Op& want) -> std::size_t {
+          const auto& ord = orders[static_cast<std::size_t>(j)];
+          for (std::size_t i = 0; i < ord.size(); ++i)
+            if (ord[i] == want) return i;
+          throw std::logic_error("pp: an operation missing from a stage's order");
+        };
+        Timeline tl;
+        tl.stages.resize(static_cast<std::size_t>(p));
+        tl.sends.resize(static_cast<std::size_t>(p));
+        tl.recvs.resize(static_cast<std::size_t>(p));
+        double transfer = 0, exposed = 0;
+        int hops = 0;
+        for (int j = 0; j < p; ++j) {
+          const auto& ord = orders[static_cast<std::size_t>(j)];
+          const auto& mk = all[static_cast<std::size_t>(j)];
+          for (std::size_t i = 0; i < ord.size(); ++i) {
+            const Op& op = ord[i];
+            const auto& a = mk[i];
+            tl.stages[static_cast<std::size_t>(j)].push_back(Span{op, a[1], a[2]});
+            tl.busy_s += a[2] - a[1];
+            tl.makespan_s = std::max({tl.makespan_s, a[2], a[6]});
+            if (a[6] >= 0) tl.sends[static_cast<std::size_t>(j)].push_back(Span{op, a[5], a[6]});
+            if (a[4] < 0) continue;  // nothing received
+            // The sender: the previous virtual stage's forward, or the next one's backward.
+            const int k = op.chunk * p + j;
+            const int ks = op.forward ? k - 1 : k + 1;
+            const int sj = ks % p;
+            const Op sop{op.forward, op.mb, ks / p};
+            const auto& sa = all[static_cast<std::size_t>(sj)][find(sj, sop)];
+            const double begin = std::max(sa[5], a[3]);
+            const double dur = std::max(0.0, a[4] - begin);
+            tl.recvs[static_cast<std::size_t>(j)].push_back(Span{op, begin, a[4]});
+            transfer += dur;
+            exposed += std::clamp(a[4] - std::max(a[0], begin), 0.0, dur);
+            ++hops;
+          }
+        }
+        tl.bubble = tl.makespan_s > 0 ? 1.0 - tl.busy_s / (p * tl.makespan_s) : 0.0;
+        for (int j = 0; j < p; ++j) {
+          o.peak_saved.push_back(static_cast<std::uint64_t>(highs[static_cast<std::size_t>(j)]));
+          o.expected_saved.push_back(
+              static_cast<std::uint64_t>(expecteds[static_cast<std::size_t>(j)]));
+          o.memory_per_gpu = std::max<std::uint64_t>(
+              o.memory_per_gpu, static_cast<std::uint64_t>(fixed[static_cast<std::size_t>(j)] +
+                                                           highs[static_cast<std::size_t>(j)]));
+        }
+        o.timeline = std::move(tl);
+        o.transfer_s = transfer;
+        o.transfer_exposed_s = exposed;
+        o.transfers = hops;
+        for (int j = 0; j < p; ++j) {
+          const int layers_j = v > 1 ? s.layers / p : stage_layers[static_cast<std::size_t>(j)];
+          const StageWork w = stage_work(s.model, layers_j, j == p - 1, seqs, s.seq_len,
+                                         static_cast<int>(act_bytes(dtype)));
+          o.flops += m * (w.forward_flops + w.backward_flops);
+        }
+      }
+
+      // The same transfer alone, stage 0 to 1: NCCL send/recv, and the copy engines' peer copy
+      // (one process only: the peer's pointer is needed).
+      if (p > 1 && (stage == 0 || stage == 1)) {
+        constexpr int kWarm = 3, kTimed = 20;
+        Event a(self.device), b(self.device);
+        void* buf = stage == 0 ? fsend.buf[0].get() : frecv.buf[0].get();
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        for (int r = 0; r < kWarm + kTimed; ++r) {
+          if (r == kWarm) a.record(st);
+          if (stage == 0)
+            GPB_NCCL_CHECK(ncclSend(buf, helems, type, 1, f_out.get(), st));
+          else
+            GPB_NCCL_CHECK(ncclRecv(buf, helems, type, 0, f_in.get(), st));
+        }
+        b.record(st);
+        b.synchronize();
+        if (stage == 1) o.transfer_alone_s = b.seconds_since(a) / kTimed;
+      }
+      const auto alone = group.all_gather(self.rank, o.transfer_alone_s);
+      if (p > 1) o.transfer_alone_s = alone[1];
+      if (peer_copy) {
+        // Stage 1's receive buffer, to stage 0.
+        std::uintptr_t peer = stage == 1 ? reinterpret_cast<std::uintptr_t>(frecv.buf[0].get()) : 0;
+        group.broadcast(self.rank, &peer, sizeof peer, 1);
+        if (stage == 0) {
+          const int dev1 = group.devices()[1];
+          constexpr int kWarm = 3, kTimed = 20;
+          Event a(self.device), b(self.device);
+          for (int r = 0; r < kWarm + kTimed; ++r) {
+            if (r == kWarm) a.record(st);
+            GPB_CUDA_CHECK(cudaMemcpyPeerAsync(reinterpret_cast<void*>(peer), dev1,
+                                               fsend.buf[0].get(), self.device, hb, st));
+          }
+          b.record(st);
+          b.synchronize();
+          o.p2p_copy_s = b.seconds_since(a) / kTimed;
+        }
+        group.barrier();
+      }
+      if (self.rank == 0) out.push_back(std::move(o));
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      group.barrier();  // every stage done with its buffers before the next microbatch count
+    }
+  });
+  return out;
+}
+
+}  // namespace gpubench::pp
