@@ -96,7 +96,13 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     for (int p : degrees) {
       if (Context::interrupted()) break;
       if (auto group = leading_ranks(ctx, p, "--pp")) {
-        if (s.inference) inference[p] = run_inference(ctx, s, p, *group, reference);
+        if (s.inference) {
+          // One GPU runs the whole batch at once: the speed-ups' base (microbatches matter
+          // only to a pipeline).
+          Settings one = s;
+          if (p == 1) one.microbatches = {1};
+          inference[p] = run_inference(ctx, one, p, *group, reference);
+        }
         if (s.training)
           for (Schedule sch : s.schedules) {
             if (Context::interrupted()) break;

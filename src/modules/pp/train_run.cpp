@@ -473,7 +473,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
     // that the pairs' initializations cannot wait on each other in a cycle.
     const int in_edge = v > 1 ? (stage + p - 1) % p : stage - 1;
     const int out_edge = v > 1 || stage < p - 1 ? stage : -1;
-    NcclComm f_in, b_in, f_out, b_out;  // activations in/out, gradients back to in / from out
+    // Activations in / out, gradients back to in / from out. In an edge's communicators the
+    // sending (earlier) stage is rank 0, the receiving one rank 1.
+    NcclComm f_in, b_in, f_out, b_out;
     for (int e = 0; e < edges; ++e) {
       const auto E = static_cast<std::size_t>(e);
       if (e == out_edge) {
@@ -621,7 +623,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
               const auto S = static_cast<std::size_t>(in_slot);
               GPB_CUDA_CHECK(cudaStreamWaitEvent(s_brecv.get(), brecv.free[S].get(), 0));
               rec(mark, i, 3, s_brecv.get());
-              GPB_NCCL_CHECK(ncclRecv(brecv.buf[S].get(), helems, type, 0, b_out.get(),
+              GPB_NCCL_CHECK(ncclRecv(brecv.buf[S].get(), helems, type, 1, b_out.get(),
                                       s_brecv.get()));
               rec(mark, i, 4, s_brecv.get());
               brecv.ready[S].record(s_brecv.get());
@@ -654,7 +656,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
               bwork.ready[W].record(cs);
               GPB_CUDA_CHECK(cudaStreamWaitEvent(s_bsend.get(), bwork.ready[W].get(), 0));
               rec(mark, i, 5, s_bsend.get());
-              GPB_NCCL_CHECK(ncclSend(bwork.buf[W].get(), helems, type, 1, b_in.get(),
+              GPB_NCCL_CHECK(ncclSend(bwork.buf[W].get(), helems, type, 0, b_in.get(),
                                       s_bsend.get()));
               rec(mark, i, 6, s_bsend.get());
               bwork.free[W].record(s_bsend.get());
