@@ -540,8 +540,13 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       };
       Ring frecv, fsend, brecv, bwork;
       for (Ring* r : {&frecv, &fsend, &brecv, &bwork}) make_ring(*r);
-      Stream s_frecv(self.device), s_fsend(self.device), s_brecv(self.device),
-          s_bsend(self.device);
+      // The transfers' streams are high-priority: their NCCL kernels get SMs as soon as some
+      // free up, instead of queueing behind the next operation's GEMM blocks.
+      Stream s_frecv(self.device, true), s_fsend(self.device, true), s_brecv(self.device, true),
+          s_bsend(self.device, true);
+      // The gradient of the model's first chunk goes nowhere: its own buffer, so that the
+      // send ring holds only what was sent.
+      DeviceBuffer bfirst(self.device, hb);
       Event join(self.device, false);
       std::vector<unsigned char*> slabs(static_cast<std::size_t>(m * v), nullptr);
       // Per op of the order (timeline step only): compute ready / start / end, receive start /
@@ -630,16 +635,21 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
               brecv.last = in_slot;
             }
             rec(mark, i, 0, cs);
-            const int w = bwork.next;
-            bwork.next = (bwork.next + 1) % kRing;
-            const auto W = static_cast<std::size_t>(w);
-            GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, bwork.free[W].get(), 0));
+            const bool sends = k > 0;
+            const int w = sends ? bwork.next : -1;
+            const auto W = static_cast<std::size_t>(std::max(w, 0));
+            void* grad = bfirst.get();
+            if (sends) {
+              bwork.next = (bwork.next + 1) % kRing;
+              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, bwork.free[W].get(), 0));
+              grad = bwork.buf[W].get();
+            }
             if (in_slot >= 0) {
               const auto S = static_cast<std::size_t>(in_slot);
               GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, brecv.ready[S].get(), 0));
               rec(mark, i, 1, cs);
-              GPB_CUDA_CHECK(cudaMemcpyAsync(bwork.buf[W].get(), brecv.buf[S].get(), hb,
-                                             cudaMemcpyDeviceToDevice, cs));
+              GPB_CUDA_CHECK(
+                  cudaMemcpyAsync(grad, brecv.buf[S].get(), hb, cudaMemcpyDeviceToDevice, cs));
               brecv.free[S].record(cs);
             } else {
               rec(mark, i, 1, cs);
@@ -647,12 +657,12 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             const bool first_b = !seen[static_cast<std::size_t>(op.chunk)];
             seen[static_cast<std::size_t>(op.chunk)] = true;
             const bool check_here = check && &op == last_b;
-            ts.backward(op.chunk, slab, bwork.buf[W].get(), cs, !first_b,
+            ts.backward(op.chunk, slab, grad, cs, !first_b,
                         check_here ? tally.as<GemmCheckTally>() : nullptr);
             TrainStage::release(slab, cs);
             slabs[slot_id] = nullptr;
             rec(mark, i, 2, cs);
-            if (k > 0) {
+            if (sends) {
               bwork.ready[W].record(cs);
               GPB_CUDA_CHECK(cudaStreamWaitEvent(s_bsend.get(), bwork.ready[W].get(), 0));
               rec(mark, i, 5, s_bsend.get());
@@ -661,8 +671,6 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
               rec(mark, i, 6, s_bsend.get());
               bwork.free[W].record(s_bsend.get());
               bwork.last = w;
-            } else {
-              bwork.free[W].record(cs);
             }
           }
         }
