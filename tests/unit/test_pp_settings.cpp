@@ -85,4 +85,24 @@ TEST(PpSettings, BadInput) {
   const Settings s = resolve_settings(o, false, 4);
   EXPECT_EQ(s.microbatches, (std::vector<int>{4, 8, 16}));
   EXPECT_EQ(s.notes.size(), 2u);
+  // Given microbatches against the default stages: judged once the GPUs are known (2 GPUs drop
+  // the default 4 stages, so 2 microbatches run), not while the options are only read.
+  o.microbatches = "2,4";
+  EXPECT_EQ(resolve_settings(o, false, 0).microbatches, (std::vector<int>{2, 4}));
+  EXPECT_EQ(resolve_settings(o, false, 2).pp, (std::vector<int>{2}));
+  EXPECT_EQ(resolve_settings(o, false, 2).microbatches, (std::vector<int>{2, 4}));
+  EXPECT_EQ(err(o), "--microbatches: 2 is not a multiple of 4 stages (the interleaved schedule)");
+  // --workload
+  o = Options{};
+  o.workload = "training";
+  EXPECT_FALSE(resolve_settings(o, false, 4).inference);
+  o.workload = "Inference";
+  EXPECT_FALSE(resolve_settings(o, false, 4).training);
+  o.workload = "sideways";
+  EXPECT_EQ(err(o), "--workload: 'sideways' is not inference, training or both");
+  // Quick: 8 layers unless --layers.
+  o = Options{};
+  EXPECT_EQ(resolve_settings(o, true, 4).layers, 8);
+  o.layers = 16;
+  EXPECT_EQ(resolve_settings(o, true, 4).layers, 16);
 }

@@ -97,7 +97,7 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
     std::string why;
     if (s.batch % m != 0)
       why = fmt::format("--microbatches: {} does not divide --batch {}", m, s.batch);
-    else if (interleaved)
+    else if (interleaved && (pp_given || visible_gpus > 0))  // default stages: once GPUs are known
       for (int p : s.pp)
         if (m % p != 0) {
           why = fmt::format(
