@@ -131,6 +131,19 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     return resolve_settings(o, quick, /*visible_gpus=*/0);
   }
 
+  // A case's name, its parameters (stages, microbatches, layers per stage as "16/16") and
+  // status; false when it did not run or failed (nothing more to add).
+  static bool begin_case(CaseResult& r, int p, int m, const std::vector<int>& stage_layers,
+                         const std::string& status, const std::string& note) {
+    r.name = fmt::format("p{} m{}", p, m);
+    std::string layers;
+    for (int l : stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
+    r.params = {{"pp", p}, {"microbatches", m}, {"stage_layers", layers}};
+    r.status = status;
+    r.note = note;
+    return status == "ok";
+  }
+
   static const InferenceOutcome* one_gpu(const std::map<int, std::vector<InferenceOutcome>>& all) {
     const auto it = all.find(1);
     if (it == all.end()) return nullptr;
@@ -142,15 +155,9 @@ class PpModule final : public ResolvingModule<Options, Settings> {
   void record_inference(Report& report, const Settings& s, const InferenceOutcome& o,
                         const std::map<int, std::vector<InferenceOutcome>>& all) {
     CaseResult r;
-    r.group = fmt::format("Inference: {} {} prefill, {} layers, batch {} x {} tokens",
-                          s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
-    r.name = fmt::format("p{} m{}", o.p, o.m);
-    std::string layers;
-    for (int l : o.stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
-    r.params = {{"pp", o.p}, {"microbatches", o.m}, {"stage_layers", layers}};
-    r.status = o.status;
-    r.note = o.note;
-    if (o.status != "ok") {
+    r.group = fmt::format("Inference: {} {} prefill, {} layers, batch {} x {} tokens", s.model.name,
+                          s.dtype, s.layers, s.batch, s.seq_len);
+    if (!begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note)) {
       report.add(std::move(r));
       return;
     }
@@ -175,9 +182,9 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     if (o.p > 1)
       report.attachments.emplace_back(
           fmt::format("pp_traces/inference_p{}_m{}.json", o.p, o.m),
-          chrome_trace(o.timeline, Schedule::GPipe, 0.0,
-                       fmt::format("{} inference, {} stages, {} microbatches", s.model.name, o.p,
-                                   o.m)));
+          chrome_trace(
+              o.timeline, Schedule::GPipe, 0.0,
+              fmt::format("{} inference, {} stages, {} microbatches", s.model.name, o.p, o.m)));
   }
 
   // The one-GPU training step of the same microbatch count.
@@ -199,23 +206,17 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     return nullptr;
   }
 
-  void record_training(Report& report, const Settings& s, const TrainingOutcome& o,
-                       const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
+  void record_training(
+      Report& report, const Settings& s, const TrainingOutcome& o,
+      const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
     CaseResult r;
     r.group = fmt::format("Training ({}): {} {}, {} layers, batch {} x {} tokens",
                           o.p == 1 ? "one GPU" : to_string(o.schedule), s.model.name, s.dtype,
                           s.layers, s.batch, s.seq_len);
-    r.name = fmt::format("p{} m{}", o.p, o.m);
-    std::string layers;
-    for (int l : o.stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
-    r.params = {{"pp", o.p},
-                {"microbatches", o.m},
-                {"schedule", to_string(o.schedule)},
-                {"stage_layers", layers}};
+    const bool ok = begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note);
+    r.params["schedule"] = to_string(o.schedule);
     if (o.v > 1) r.params["chunks"] = o.v;
-    r.status = o.status;
-    r.note = o.note;
-    if (o.status != "ok") {
+    if (!ok) {
       report.add(std::move(r));
       return;
     }
@@ -242,9 +243,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       if (o.p2p_copy_s > 0) {
         r.metric("p2p_copy_GBps", o.transfer_bytes / o.p2p_copy_s / 1e9, "GB/s");
         if (o.transfer_s > 0 && o.transfers > 0)
-          r.metric("transfer_vs_p2p",
-                   (o.transfer_bytes * o.transfers / o.transfer_s) / (o.transfer_bytes / o.p2p_copy_s),
-                   "x");
+          r.metric(
+              "transfer_vs_p2p",
+              (o.transfer_bytes * o.transfers / o.transfer_s) / (o.transfer_bytes / o.p2p_copy_s),
+              "x");
       }
     }
     // Stage 0 holds the most microbatches in flight.
@@ -285,8 +287,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
 
   void sweeps(Report& report, const Settings& s,
               const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
-    Sweep b{"pp_bubble", "Training bubble against microbatches, measured and theory",
-            "microbatches", "", "bubble", "%", true, {}};
+    Sweep b{"pp_bubble",    "Training bubble against microbatches, measured and theory",
+            "microbatches", "",
+            "bubble",       "%",
+            true,           {}};
     for (const auto& [key, outcomes] : all) {
       if (key.second < 2) continue;
       Series meas{fmt::format("p={} {} measured", key.second, to_string(key.first)), {}, {}};

@@ -95,11 +95,18 @@ class TrainStage {
  public:
   TrainStage(const Settings& s, int device, std::vector<int> chunk_first,
              std::vector<int> chunk_layers, bool first_stage, bool last_stage, std::int64_t seqs)
-      : s_(s), m_(s.model), device_(device), first_(std::move(chunk_first)),
-        layers_(std::move(chunk_layers)), first_stage_(first_stage), last_stage_(last_stage),
-        seqs_(seqs), rows_(seqs * s.seq_len), dtype_(s.dtype == "fp16" ? ActDtype::F16
-                                                                       : ActDtype::BF16),
-        eb_(static_cast<std::int64_t>(act_bytes(dtype_))), row_(saved_row(s.model)),
+      : s_(s),
+        m_(s.model),
+        device_(device),
+        first_(std::move(chunk_first)),
+        layers_(std::move(chunk_layers)),
+        first_stage_(first_stage),
+        last_stage_(last_stage),
+        seqs_(seqs),
+        rows_(seqs * s.seq_len),
+        dtype_(s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16),
+        eb_(static_cast<std::int64_t>(act_bytes(dtype_))),
+        row_(saved_row(s.model)),
         attention_(device, model::AttentionPath::Auto) {
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
@@ -163,7 +170,9 @@ class TrainStage {
   }
 
   std::int64_t rows() const { return rows_; }
-  std::uint64_t transfer_bytes() const { return static_cast<std::uint64_t>(rows_ * m_.hidden_size * eb_); }
+  std::uint64_t transfer_bytes() const {
+    return static_cast<std::uint64_t>(rows_ * m_.hidden_size * eb_);
+  }
   // Bytes saved per microbatch through chunk c.
   std::uint64_t slab_bytes(int c) const {
     std::int64_t elems = layers_[static_cast<std::size_t>(c)] * row_.per_layer;
@@ -375,7 +384,8 @@ class TrainStage {
   // forwards over every head and one over half of them (three whole ones when the heads are
   // odd), on the saved q, k, v, into d_attn_.
   void attention_backward_stand_in(unsigned char* qkv, cudaStream_t st) {
-    const bool halves = m_.num_heads % 2 == 0 && (m_.num_heads / 2) % std::max(1, m_.num_kv_heads / 2) == 0;
+    const bool halves =
+        m_.num_heads % 2 == 0 && (m_.num_heads / 2) % std::max(1, m_.num_kv_heads / 2) == 0;
     for (int k = 0; k < 3; ++k) {
       AttentionArgs a = attention_args(k == 2 && halves);
       set_qkv(a, qkv, d_attn_.get());
@@ -436,8 +446,7 @@ std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch) {
   const StageWork one = stage_work(s.model, 1, false, 1, s.seq_len, 2);
   const StageWork with_head = stage_work(s.model, 1, true, 1, s.seq_len, 2);
   const double layer = one.forward_flops + one.backward_flops;
-  const double head =
-      with_head.forward_flops + with_head.backward_flops - layer;
+  const double head = with_head.forward_flops + with_head.backward_flops - layer;
   return balance_stages(std::vector<double>(static_cast<std::size_t>(s.layers), layer), p, 0.0,
                         head);
 }
@@ -500,8 +509,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       o.stage_layers = stage_layers;
       o.bubble_theory = theory_bubble(sch, p, m, v);
       if (self.rank == 0)
-        spdlog::info("pp: training, {}, {} stages, {} microbatches of {} sequences",
-                     to_string(sch), p, m, seqs);
+        spdlog::info("pp: training, {}, {} stages, {} microbatches of {} sequences", to_string(sch),
+                     p, m, seqs);
 
       // The chunks of this stage: global first layer and count.
       std::vector<int> first, count;
@@ -560,6 +569,50 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       auto rec = [&](bool mark, std::size_t i, int k, cudaStream_t on) {
         if (mark) marks[i * kMarks + static_cast<std::size_t>(k)].record(on);
       };
+      // A receive posted on its side stream into the ring's next buffer, once that buffer is
+      // free (marks 3 and 4 around it); the slot.
+      auto post_recv = [&](Ring& r, NcclComm& comm, int peer, cudaStream_t side, bool mark,
+                           std::size_t i) {
+        const int slot = r.next;
+        r.next = (r.next + 1) % kRing;
+        const auto S = static_cast<std::size_t>(slot);
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.free[S].get(), 0));
+        rec(mark, i, 3, side);
+        GPB_NCCL_CHECK(ncclRecv(r.buf[S].get(), helems, type, peer, comm.get(), side));
+        rec(mark, i, 4, side);
+        r.ready[S].record(side);
+        r.last = slot;
+        return slot;
+      };
+      // The compute stream takes what arrived in `slot` (mark 1 once it may), copying it to
+      // `dst`, and frees the buffer.
+      auto take = [&](Ring& r, int slot, void* dst, cudaStream_t cs, bool mark, std::size_t i) {
+        const auto S = static_cast<std::size_t>(slot);
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, r.ready[S].get(), 0));
+        rec(mark, i, 1, cs);
+        GPB_CUDA_CHECK(cudaMemcpyAsync(dst, r.buf[S].get(), hb, cudaMemcpyDeviceToDevice, cs));
+        r.free[S].record(cs);
+      };
+      // The ring's next send buffer, once its last send is done; the slot.
+      auto claim = [&](Ring& r, cudaStream_t cs) {
+        const int slot = r.next;
+        r.next = (r.next + 1) % kRing;
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, r.free[static_cast<std::size_t>(slot)].get(), 0));
+        return slot;
+      };
+      // The send of `slot` on its side stream once the compute stream has filled it (marks 5
+      // and 6 around it).
+      auto post_send = [&](Ring& r, int slot, NcclComm& comm, int peer, cudaStream_t cs,
+                           cudaStream_t side, bool mark, std::size_t i) {
+        const auto S = static_cast<std::size_t>(slot);
+        r.ready[S].record(cs);
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.ready[S].get(), 0));
+        rec(mark, i, 5, side);
+        GPB_NCCL_CHECK(ncclSend(r.buf[S].get(), helems, type, peer, comm.get(), side));
+        rec(mark, i, 6, side);
+        r.free[S].record(side);
+        r.last = slot;
+      };
       auto step = [&](cudaStream_t cs, bool mark, bool check) {
         std::vector<bool> seen(static_cast<std::size_t>(v), false);  // first backward per chunk
         const Op* last_b = nullptr;
@@ -569,91 +622,33 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           const Op& op = order[i];
           const int k = vstage(op);
           const std::size_t slot_id = static_cast<std::size_t>(op.mb * v + op.chunk);
+          // What this operation receives (forward: from the previous virtual stage; backward:
+          // from the next) and whether it sends on.
+          const bool receives = op.forward ? k > 0 : k < last_v;
+          const bool sends = op.forward ? k < last_v : k > 0;
+          Ring& in = op.forward ? frecv : brecv;
+          Ring& outr = op.forward ? fsend : bwork;
+          unsigned char* slab = op.forward ? ts.allocate(op.chunk, cs) : slabs[slot_id];
+          if (op.forward) slabs[slot_id] = slab;
+          const int in_slot = receives
+                                  ? post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
+                                              op.forward ? s_frecv.get() : s_brecv.get(), mark, i)
+                                  : -1;
+          rec(mark, i, 0, cs);
+          const int out_slot = sends ? claim(outr, cs) : -1;
+          // The operation's input: received into the slab (forward) or into the gradient it
+          // works on (backward; the model's first chunk's own buffer when nothing goes on).
+          void* grad = op.forward ? nullptr
+                                  : (sends ? bwork.buf[static_cast<std::size_t>(out_slot)].get()
+                                           : bfirst.get());
+          if (in_slot >= 0)
+            take(in, in_slot, op.forward ? ts.input_of(slab) : grad, cs, mark, i);
+          else
+            rec(mark, i, 1, cs);
           if (op.forward) {
-            unsigned char* slab = ts.allocate(op.chunk, cs);
-            slabs[slot_id] = slab;
-            int in_slot = -1;
-            if (k > 0) {  // receive the activations, early, into the ring
-              in_slot = frecv.next;
-              frecv.next = (frecv.next + 1) % kRing;
-              const auto S = static_cast<std::size_t>(in_slot);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_frecv.get(), frecv.free[S].get(), 0));
-              rec(mark, i, 3, s_frecv.get());
-              GPB_NCCL_CHECK(ncclRecv(frecv.buf[S].get(), helems, type, 0, f_in.get(),
-                                      s_frecv.get()));
-              rec(mark, i, 4, s_frecv.get());
-              frecv.ready[S].record(s_frecv.get());
-              frecv.last = in_slot;
-            }
-            rec(mark, i, 0, cs);
-            int out_slot = -1;
-            if (k < last_v) {
-              out_slot = fsend.next;
-              fsend.next = (fsend.next + 1) % kRing;
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(
-                  cs, fsend.free[static_cast<std::size_t>(out_slot)].get(), 0));
-            }
-            if (in_slot >= 0) {
-              const auto S = static_cast<std::size_t>(in_slot);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, frecv.ready[S].get(), 0));
-              rec(mark, i, 1, cs);
-              GPB_CUDA_CHECK(cudaMemcpyAsync(ts.input_of(slab), frecv.buf[S].get(), hb,
-                                             cudaMemcpyDeviceToDevice, cs));
-              frecv.free[S].record(cs);
-            } else {
-              rec(mark, i, 1, cs);
-            }
             ts.forward(op.chunk, op.mb, slab,
-                       out_slot >= 0 ? fsend.buf[static_cast<std::size_t>(out_slot)].get()
-                                     : nullptr,
-                       cs);
-            rec(mark, i, 2, cs);
-            if (out_slot >= 0) {
-              const auto S = static_cast<std::size_t>(out_slot);
-              fsend.ready[S].record(cs);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_fsend.get(), fsend.ready[S].get(), 0));
-              rec(mark, i, 5, s_fsend.get());
-              GPB_NCCL_CHECK(ncclSend(fsend.buf[S].get(), helems, type, 1, f_out.get(),
-                                      s_fsend.get()));
-              rec(mark, i, 6, s_fsend.get());
-              fsend.free[S].record(s_fsend.get());
-              fsend.last = out_slot;
-            }
+                       sends ? fsend.buf[static_cast<std::size_t>(out_slot)].get() : nullptr, cs);
           } else {
-            unsigned char* slab = slabs[slot_id];
-            int in_slot = -1;
-            if (k < last_v) {  // receive the gradient from the next stage
-              in_slot = brecv.next;
-              brecv.next = (brecv.next + 1) % kRing;
-              const auto S = static_cast<std::size_t>(in_slot);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_brecv.get(), brecv.free[S].get(), 0));
-              rec(mark, i, 3, s_brecv.get());
-              GPB_NCCL_CHECK(ncclRecv(brecv.buf[S].get(), helems, type, 1, b_out.get(),
-                                      s_brecv.get()));
-              rec(mark, i, 4, s_brecv.get());
-              brecv.ready[S].record(s_brecv.get());
-              brecv.last = in_slot;
-            }
-            rec(mark, i, 0, cs);
-            const bool sends = k > 0;
-            const int w = sends ? bwork.next : -1;
-            const auto W = static_cast<std::size_t>(std::max(w, 0));
-            void* grad = bfirst.get();
-            if (sends) {
-              bwork.next = (bwork.next + 1) % kRing;
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, bwork.free[W].get(), 0));
-              grad = bwork.buf[W].get();
-            }
-            if (in_slot >= 0) {
-              const auto S = static_cast<std::size_t>(in_slot);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, brecv.ready[S].get(), 0));
-              rec(mark, i, 1, cs);
-              GPB_CUDA_CHECK(
-                  cudaMemcpyAsync(grad, brecv.buf[S].get(), hb, cudaMemcpyDeviceToDevice, cs));
-              brecv.free[S].record(cs);
-            } else {
-              rec(mark, i, 1, cs);
-            }
             const bool first_b = !seen[static_cast<std::size_t>(op.chunk)];
             seen[static_cast<std::size_t>(op.chunk)] = true;
             const bool check_here = check && &op == last_b;
@@ -661,21 +656,15 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
                         check_here ? tally.as<GemmCheckTally>() : nullptr);
             TrainStage::release(slab, cs);
             slabs[slot_id] = nullptr;
-            rec(mark, i, 2, cs);
-            if (sends) {
-              bwork.ready[W].record(cs);
-              GPB_CUDA_CHECK(cudaStreamWaitEvent(s_bsend.get(), bwork.ready[W].get(), 0));
-              rec(mark, i, 5, s_bsend.get());
-              GPB_NCCL_CHECK(ncclSend(bwork.buf[W].get(), helems, type, 0, b_in.get(),
-                                      s_bsend.get()));
-              rec(mark, i, 6, s_bsend.get());
-              bwork.free[W].record(s_bsend.get());
-              bwork.last = w;
-            }
           }
+          rec(mark, i, 2, cs);
+          if (sends)
+            post_send(outr, out_slot, op.forward ? f_out : b_in, op.forward ? 1 : 0, cs,
+                      op.forward ? s_fsend.get() : s_bsend.get(), mark, i);
         }
         // Join the side streams back into the step's stream.
-        for (Stream* side : {&s_frecv, &s_fsend, &s_brecv, &s_bsend}) stream_wait(cs, side->get(), join);
+        for (Stream* side : {&s_frecv, &s_fsend, &s_brecv, &s_bsend})
+          stream_wait(cs, side->get(), join);
       };
 
       // Checked once: the qkv gradient GEMMs of the stage's last backward against a reference,
@@ -727,7 +716,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
 
       // Timed.
       if (o.status == "ok")
-        o.step = group.measure(self, [&](cudaStream_t s2, int) { step(s2, false, false); }, mo);
+        o.step = group.measure(
+            self, [&](cudaStream_t s2, int) { step(s2, false, false); }, mo);
 
       // One more step with events: the timeline, the transfers, the activation peak.
       marks.clear();
