@@ -127,3 +127,40 @@ TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
       }
   }
 }
+
+// The layouts' runner: every layout the GPUs allow (2: dp=2, tp=2, pp=2; 4: also the mixed
+// ones) at 4 layers, each checked against the whole model inside run_layout.
+TEST(PpPipeline, LayoutsEqualTheWholeModel) {
+  int n = 0;
+  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  static const System system = System::discover(false);
+  const int g = n >= 4 ? 4 : 2;
+  Options o;
+  o.pp = "2";
+  o.layers = 4;
+  o.batch = 4;
+  o.seq_len = 128;
+  o.microbatches = "1,2";
+  o.layouts = g == 4 ? "dp=4,tp=4,pp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2" : "dp=2,tp=2,pp=2";
+  const Settings s = resolve_settings(o, false, g);
+  std::vector<int> gpus(static_cast<std::size_t>(g));
+  std::iota(gpus.begin(), gpus.end(), 0);
+  CommonOptions common;
+  common.quick = true;
+  common.min_time = 0.005;
+  Context ctx(system, gpus, common);
+  RankGroup group(gpus);
+  ReferenceLogits reference;
+  for (const Layout& l : parse_layouts(s.layouts_text, g, s.model)) {
+    const LayoutOutcome r = run_layout(ctx, s, l, 4, group, reference);
+    EXPECT_EQ(r.status, "ok") << l.name() << ": " << r.note;
+    EXPECT_LE(r.check_error, 0.05) << l.name();
+    EXPECT_GT(r.step.median_s(), 0.0) << l.name();
+    EXPECT_EQ(r.m, l.pp > 1 ? 2 : 1) << l.name();
+  }
+  // A batch the replicas do not split is skipped, not run.
+  Layout dp;
+  dp.dp = g;
+  EXPECT_EQ(run_layout(ctx, s, dp, g + 1, group, reference).status, "skipped");
+}

@@ -100,6 +100,25 @@ TEST(PpSettings, BadInput) {
   EXPECT_FALSE(resolve_settings(o, false, 4).training);
   o.workload = "sideways";
   EXPECT_EQ(err(o), "--workload: 'sideways' is not inference, training or both");
+  // Layouts' batches: 1 and --batch unless given; their microbatches: the largest count of
+  // --microbatches that divides a replica's share (1 without stages).
+  o = Options{};
+  EXPECT_EQ(resolve_settings(o, false, 4).layout_batches, (std::vector<int>{1, 16}));
+  o.layout_batches = "8,2";
+  EXPECT_EQ(resolve_settings(o, false, 4).layout_batches, (std::vector<int>{2, 8}));
+  o.layout_batches = "0";
+  EXPECT_TRUE(has(err(o), "--layout-batches"));
+  o = Options{};
+  const Settings d = resolve_settings(o, false, 4);
+  Layout pp2dp2;
+  pp2dp2.pp = 2;
+  pp2dp2.dp = 2;
+  EXPECT_EQ(layout_microbatches(d, pp2dp2, 16), 8);
+  EXPECT_EQ(layout_microbatches(d, pp2dp2, 4), 2);
+  EXPECT_EQ(layout_microbatches(d, pp2dp2, 1), 1);
+  Layout tp4;
+  tp4.tp = 4;
+  EXPECT_EQ(layout_microbatches(d, tp4, 16), 1);
   // Quick: 8 layers unless --layers.
   o = Options{};
   EXPECT_EQ(resolve_settings(o, true, 4).layers, 8);

@@ -41,6 +41,7 @@ struct Options {
   std::string layouts;          // "" (none), a list such as "dp=4,tp=2xdp=2", or "all"
   std::string dtype = "bf16";
   std::string workload;         // inference, training or both (default both)
+  std::string layout_batches;   // the layouts' batch sizes (default 1 and --batch)
 };
 
 struct Settings {
@@ -55,6 +56,7 @@ struct Settings {
   std::string layouts_text;  // resolved against the GPUs when the run starts
   std::string dtype = "bf16";
   bool inference = true, training = true;
+  std::vector<int> layout_batches;  // ascending, unique
   std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
@@ -276,6 +278,29 @@ struct Layout {
 // `gpus`. InputError naming --layouts on a malformed item, an unknown or repeated factor, a
 // factor < 1, or a product other than gpus.
 std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model::ModelConfig& m);
+
+// The layouts' inference (layout_run.cpp): s.seq_len-token prompts, prefill, `batch` of them
+// split over dp replicas, each replica's share in microbatches through its pp stages, each
+// stage split over tp ranks (Megatron, NCCL all-reduces).
+
+// Microbatches a layout runs: 1 without pipeline stages, else the largest of s.microbatches
+// that divides a replica's share of the batch.
+int layout_microbatches(const Settings& s, const Layout& l, int batch);
+
+struct LayoutOutcome {
+  Layout layout;
+  int batch = 0, m = 1;
+  std::string status = "ok", note;
+  Measurement step;  // the whole batch, the slowest rank per iteration
+  double check_error = 0;
+  std::uint64_t memory_per_gpu = 0;  // the largest engine
+};
+// One layout on `group` (layout.gpus() ranks: threads of one process, or processes under MPI):
+// every rank's engine (its stage's layers, its tensor shard), microbatch 0 checked on every
+// replica's last stage against the whole model's logits (kept in `reference`), then the step
+// timed. A batch the replicas do not split is skipped with the reason.
+LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int batch,
+                         RankGroup& group, ReferenceLogits& reference);
 
 // ---------------------------------------------------------------------------------------------
 // Trace

@@ -55,6 +55,11 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 8)")
         ->capture_default_str();
     app.add_option("--workload", opts_.workload, "inference, training or both (default both)");
+    app.add_option("--layouts", opts_.layouts,
+                   "Parallel layouts of the inference workload over all the GPUs, e.g. "
+                   "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4, or all");
+    app.add_option("--layout-batches", opts_.layout_batches,
+                   "The layouts' batch sizes (default 1 and --batch)");
     app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
         ->capture_default_str();
   }
@@ -79,8 +84,6 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     report.module = name();
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
-    if (!s.layouts_text.empty())
-      report.warn("--layouts: parallel layouts are not measured yet; the option is ignored");
     std::vector<int> degrees = s.pp;
     if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end())
       degrees.insert(degrees.begin(), 1);  // one GPU: what speed-ups are against
@@ -115,12 +118,34 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       }
       if (world) world->barrier();
     }
+    // Parallel layouts: one GPU first (the base), then each layout over all the GPUs.
+    std::vector<std::pair<LayoutOutcome, LayoutOutcome>> layouts;  // (outcome, its base)
+    if (!s.layouts_text.empty()) {
+      const std::vector<Layout> list = parse_layouts(s.layouts_text, visible, s.model);
+      for (int batch : s.layout_batches) {
+        if (Context::interrupted()) break;
+        LayoutOutcome base;
+        if (auto group = leading_ranks(ctx, 1, "--layouts"))
+          base = run_layout(ctx, s, Layout{}, batch, *group, reference);
+        if (world) world->barrier();
+        for (const Layout& l : list) {
+          if (Context::interrupted()) break;
+          LayoutOutcome o;
+          if (auto group = leading_ranks(ctx, l.gpus(), "--layouts"))
+            o = run_layout(ctx, s, l, batch, *group, reference);
+          if (world) world->barrier();
+          layouts.emplace_back(o, base);
+        }
+      }
+    }
+    for (const auto& [o, base] : layouts) record_layout(report, s, o, base);
     for (const auto& [p, outcomes] : inference)
       for (const InferenceOutcome& o : outcomes) record_inference(report, s, o, inference);
     for (const auto& [key, outcomes] : training)
       for (const TrainingOutcome& o : outcomes) record_training(report, s, o, training);
     headline(report, training);
-    sweeps(report, s, training);
+    layout_headline(report, s, layouts);
+    sweeps(report, s, training, layouts);
     if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
     report.settle_status();
     return report;
@@ -273,6 +298,52 @@ class PpModule final : public ResolvingModule<Options, Settings> {
                                    to_string(o.schedule), o.p, o.m)));
   }
 
+  void record_layout(Report& report, const Settings& s, const LayoutOutcome& o,
+                     const LayoutOutcome& base) {
+    CaseResult r;
+    r.group = fmt::format("Layouts: {} {} prefill, {} layers, {}-token prompts, batch {}",
+                          s.model.name, s.dtype, s.layers, s.seq_len, o.batch);
+    r.name = o.layout.name();
+    r.params = {{"gpus", o.layout.gpus()}, {"dp", o.layout.dp},   {"tp", o.layout.tp},
+                {"pp", o.layout.pp},       {"microbatches", o.m}, {"batch", o.batch}};
+    r.status = o.status;
+    r.note = o.note;
+    if (o.status != "ok") {
+      report.add(std::move(r));
+      return;
+    }
+    const double step = o.step.median_s();
+    const double tps = o.batch * s.seq_len / step;
+    r.metric("tokens_per_s", tps, "tok/s");
+    if (base.status == "ok" && base.step.median_s() > 0) {
+      const double sp = base.step.median_s() / step;
+      r.metric("speedup", sp, "x");
+      r.metric("efficiency", 100 * sp / o.layout.gpus(), "%");
+    }
+    r.metric("latency", ms(step), "ms");
+    r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
+    r.metric("check_error", o.check_error, "rel");
+    r.stats = o.step.stats;
+    report.add(std::move(r));
+  }
+
+  // The layout with the most tokens/s at the largest batch measured.
+  static void layout_headline(Report& report, const Settings& s,
+                              const std::vector<std::pair<LayoutOutcome, LayoutOutcome>>& all) {
+    int batch = 0;
+    for (const auto& [o, base] : all)
+      if (o.status == "ok") batch = std::max(batch, o.batch);
+    const LayoutOutcome* best = nullptr;
+    for (const auto& [o, base] : all)
+      if (o.status == "ok" && o.batch == batch &&
+          (!best || o.step.median_s() < best->step.median_s()))
+        best = &o;
+    if (!best) return;
+    report.set_headline("best_layout_tokens_per_s", best->batch * s.seq_len / best->step.median_s(),
+                        "tok/s");
+    report.set_headline_text("best_layout", best->layout.name());
+  }
+
   void headline(Report& report,
                 const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
     if (const TrainingOutcome* o = find(all, Schedule::OneFOneB, 2, 8)) {
@@ -286,7 +357,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
   }
 
   void sweeps(Report& report, const Settings& s,
-              const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all) {
+              const std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>>& all,
+              const std::vector<std::pair<LayoutOutcome, LayoutOutcome>>& layouts) {
     Sweep b{"pp_bubble",    "Training bubble against microbatches, measured and theory",
             "microbatches", "",
             "bubble",       "%",
@@ -307,8 +379,31 @@ class PpModule final : public ResolvingModule<Options, Settings> {
         b.series.push_back(theory);
       }
     }
-    (void)s;
     if (!b.series.empty()) report.sweeps.push_back(b);
+    // Layouts: tokens/s against the batch, one line per layout (one GPU included).
+    Sweep t{"pp_layouts", "Layouts: prefill tokens/s against the batch",
+            "batch",      "sequences",
+            "throughput", "tok/s",
+            true,         {}};
+    std::map<std::string, Series> by_name;
+    std::vector<std::string> order;
+    auto add = [&](const LayoutOutcome& o, const std::string& name) {
+      if (o.status != "ok" || o.step.median_s() <= 0) return;
+      if (!by_name.count(name)) {
+        by_name[name] = Series{name, {}, {}};
+        order.push_back(name);
+      }
+      Series& series = by_name[name];
+      if (!series.x.empty() && series.x.back() == o.batch) return;  // the base, once a batch
+      series.x.push_back(o.batch);
+      series.y.push_back(o.batch * s.seq_len / o.step.median_s());
+    };
+    for (const auto& [o, base] : layouts) {
+      add(base, "1 GPU");
+      add(o, o.layout.name());
+    }
+    for (const auto& name : order) t.series.push_back(by_name[name]);
+    if (!t.series.empty()) report.sweeps.push_back(t);
   }
 };
 

@@ -119,6 +119,12 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   s.layouts_text = trim(o.layouts);
   if (!s.layouts_text.empty() && visible_gpus > 0)
     (void)parse_layouts(s.layouts_text, visible_gpus, s.model);
+  if (trim(o.layout_batches).empty()) {
+    s.layout_batches = s.batch == 1 ? std::vector<int>{1} : std::vector<int>{1, s.batch};
+  } else {
+    s.layout_batches =
+        as_ints(parse_counts(o.layout_batches, "--layout-batches", kMaxMicrobatches));
+  }
   return s;
 }
 
@@ -134,6 +140,7 @@ nlohmann::ordered_json Settings::to_json() const {
           {"batch", batch},
           {"seq_len", seq_len},
           {"layouts", layouts_text},
+          {"layout_batches", layout_batches},
           {"dtype", dtype},
           {"workload", inference && training ? "both" : (inference ? "inference" : "training")}};
 }
