@@ -138,7 +138,12 @@ class PpModule final : public ResolvingModule<Options, Settings> {
         }
       }
     }
-    for (const auto& [o, base] : layouts) record_layout(report, s, o, base);
+    // Each batch's one-GPU base as a row of its own, then its layouts.
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+      const auto& [o, base] = layouts[i];
+      if (i == 0 || layouts[i - 1].first.batch != o.batch) record_layout(report, s, base, base);
+      record_layout(report, s, o, base);
+    }
     for (const auto& [p, outcomes] : inference)
       for (const InferenceOutcome& o : outcomes) record_inference(report, s, o, inference);
     for (const auto& [key, outcomes] : training)
@@ -300,10 +305,11 @@ class PpModule final : public ResolvingModule<Options, Settings> {
 
   void record_layout(Report& report, const Settings& s, const LayoutOutcome& o,
                      const LayoutOutcome& base) {
+    if (o.batch == 0) return;  // not run by this process (another's rank under MPI)
     CaseResult r;
     r.group = fmt::format("Layouts: {} {} prefill, {} layers, {}-token prompts, batch {}",
                           s.model.name, s.dtype, s.layers, s.seq_len, o.batch);
-    r.name = o.layout.name();
+    r.name = o.layout.gpus() == 1 ? std::string("1 GPU") : o.layout.name();
     r.params = {{"gpus", o.layout.gpus()}, {"dp", o.layout.dp},   {"tp", o.layout.tp},
                 {"pp", o.layout.pp},       {"microbatches", o.m}, {"batch", o.batch}};
     r.status = o.status;
