@@ -220,3 +220,30 @@ TEST(PpTrace, ChromeTraceOfASchedule) {
   EXPECT_DOUBLE_EQ(f0["dur"].get<double>(), 1000.0);  // microseconds
   EXPECT_EQ(j["otherData"]["schedule"], "gpipe");
 }
+
+// A measured timeline draws its own sends and receives (not transfer_s after each hop).
+TEST(PpTrace, MeasuredTransfersDrawnAsMeasured) {
+  Timeline t;
+  t.stages = {{Span{Op{true, 0, 0}, 0.0, 1e-3}}, {Span{Op{true, 0, 0}, 2e-3, 3e-3}}};
+  t.sends = {{Span{Op{true, 0, 0}, 1e-3, 1.5e-3}}, {}};
+  t.recvs = {{}, {Span{Op{true, 0, 0}, 1.1e-3, 1.6e-3}}};
+  const auto j = chrome_trace(t, Schedule::GPipe, 0.0, "measured");
+  int send = 0, recv = 0;
+  for (const auto& e : j["traceEvents"]) {
+    const std::string cat = e.value("cat", "");
+    if (cat == "send") {
+      ++send;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1000.0);
+      EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 500.0);
+      EXPECT_EQ(e["tid"], 2);  // stage 0's transfer track
+      EXPECT_EQ(e["name"], "send activations F0");
+    }
+    if (cat == "recv") {
+      ++recv;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1100.0);
+      EXPECT_EQ(e["tid"], 3);
+    }
+  }
+  EXPECT_EQ(send, 1);
+  EXPECT_EQ(recv, 1);
+}

@@ -138,6 +138,28 @@ TEST(Report, AtomicWriteAndOutputDir) {
   fs::remove_all(dir);
 }
 
+// Attachments (pp's traces) are written under the folder, in subfolders as named; the JSON
+// report lists their names and the Markdown links them.
+TEST(Report, AttachmentsWrittenAndListed) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "gpubench_report_attach_test";
+  fs::remove_all(dir);
+  const fs::path out = prepare_output_dir(dir.string(), "ignored");
+  Report r = sample_report();
+  r.attachments.emplace_back("traces/t1.json", ojson{{"traceEvents", ojson::array()}});
+  write_report_files(out, r);
+  ASSERT_TRUE(fs::exists(out / "traces" / "t1.json"));
+  std::ifstream f(out / "traces" / "t1.json");
+  const ojson back = ojson::parse(f);
+  EXPECT_TRUE(back.contains("traceEvents"));
+  const ojson j = to_json(r);
+  ASSERT_TRUE(j.contains("attachments"));
+  EXPECT_EQ(j["attachments"][0], "traces/t1.json");
+  EXPECT_NE(render_markdown(r).find("[traces/t1.json](traces/t1.json)"), std::string::npos);
+  EXPECT_FALSE(to_json(sample_report()).contains("attachments"));
+  fs::remove_all(dir);
+}
+
 TEST(Report, RunIdFormat) {
   const std::string id = make_run_id();
   ASSERT_EQ(id.size(), 20u);
