@@ -218,32 +218,25 @@ class TrainStage {
     const int n = layers_[static_cast<std::size_t>(c)];
     for (int l = 0; l < n; ++l) {
       const TrainLayer& L = layer(c, l);
-      unsigned char* xi = at(slab, l, row_.x_in);
-      unsigned char* xn1 = at(slab, l, row_.xn1);
-      unsigned char* qkv = at(slab, l, row_.qkv);
-      unsigned char* attn = at(slab, l, row_.attn);
-      unsigned char* xm = at(slab, l, row_.x_mid);
-      unsigned char* xn2 = at(slab, l, row_.xn2);
-      unsigned char* up = at(slab, l, row_.up);
-      unsigned char* act = at(slab, l, row_.act);
-      rms_norm(xn1, xi, L.n1.get(), R, static_cast<int>(H), eps(), dtype_, st);
-      L.qkv.fwd.run(L.qkv.w.get(), xn1, qkv, ws_.get(), st);
+      const Saved v = saved(slab, l);
+      rms_norm(v.xn1, v.xi, L.n1.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      L.qkv.fwd.run(L.qkv.w.get(), v.xn1, v.qkv, ws_.get(), st);
       AttentionArgs a = attention_args(false);
-      set_qkv(a, qkv, attn);
+      set_qkv(a, v.qkv, v.attn);
       attention_.run(a, st);
-      L.o.fwd.run(L.o.w.get(), attn, xm, ws_.get(), st);
-      residual_add(xm, xi, R * H, dtype_, st);
-      rms_norm(xn2, xm, L.n2.get(), R, static_cast<int>(H), eps(), dtype_, st);
-      L.up.fwd.run(L.up.w.get(), xn2, up, ws_.get(), st);
+      L.o.fwd.run(L.o.w.get(), v.attn, v.xm, ws_.get(), st);
+      residual_add(v.xm, v.xi, R * H, dtype_, st);
+      rms_norm(v.xn2, v.xm, L.n2.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      L.up.fwd.run(L.up.w.get(), v.xn2, v.up, ws_.get(), st);
       if (m_.gated_mlp)
-        swiglu(act, up, R, static_cast<int>(I), dtype_, st);
+        swiglu(v.act, v.up, R, static_cast<int>(I), dtype_, st);
       else
-        gelu(act, up, R * I, true, dtype_, st);
+        gelu(v.act, v.up, R * I, true, dtype_, st);
       // The layer's output: the next layer's saved input, or the chunk's output.
       const bool last = l + 1 == n;
       void* y = last ? (has_head(c) ? at(slab, n, 0) : out) : at(slab, l + 1, row_.x_in);
-      L.down.fwd.run(L.down.w.get(), act, y, ws_.get(), st);
-      residual_add(y, xm, R * H, dtype_, st);
+      L.down.fwd.run(L.down.w.get(), v.act, y, ws_.get(), st);
+      residual_add(y, v.xm, R * H, dtype_, st);
     }
     if (has_head(c)) {
       unsigned char* xf = at(slab, n, 0);
@@ -274,38 +267,31 @@ class TrainStage {
     }
     for (int l = n - 1; l >= 0; --l) {
       TrainLayer& L = layer(c, l);
-      unsigned char* xi = at(slab, l, row_.x_in);
-      unsigned char* xn1 = at(slab, l, row_.xn1);
-      unsigned char* qkv = at(slab, l, row_.qkv);
-      unsigned char* attn = at(slab, l, row_.attn);
-      unsigned char* xm = at(slab, l, row_.x_mid);
-      unsigned char* xn2 = at(slab, l, row_.xn2);
-      unsigned char* up = at(slab, l, row_.up);
-      unsigned char* act = at(slab, l, row_.act);
+      const Saved v = saved(slab, l);
       // MLP: down, activation, up, post-attention norm (into the residual's gradient).
       L.down.dx.run(L.down.w.get(), grad, d_act_.get(), ws_.get(), st);
-      L.down.dw.run(act, grad, L.down.grad.get(), ws_.get(), st, accumulate);
+      L.down.dw.run(v.act, grad, L.down.grad.get(), ws_.get(), st, accumulate);
       if (m_.gated_mlp)
-        swiglu_backward(d_up_.get(), up, d_act_.get(), R, static_cast<int>(I), dtype_, st);
+        swiglu_backward(d_up_.get(), v.up, d_act_.get(), R, static_cast<int>(I), dtype_, st);
       else
-        gelu_tanh_backward(d_up_.get(), up, d_act_.get(), R * I, dtype_, st);
+        gelu_tanh_backward(d_up_.get(), v.up, d_act_.get(), R * I, dtype_, st);
       L.up.dx.run(L.up.w.get(), d_up_.get(), d_xn_.get(), ws_.get(), st);
-      L.up.dw.run(xn2, d_up_.get(), L.up.grad.get(), ws_.get(), st, accumulate);
-      rms_norm_backward(grad, xm, L.n2.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+      L.up.dw.run(v.xn2, d_up_.get(), L.up.grad.get(), ws_.get(), st, accumulate);
+      rms_norm_backward(grad, v.xm, L.n2.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
                         st);
       // Attention: out projection, the stand-in, qkv, input norm.
       L.o.dx.run(L.o.w.get(), grad, d_attn_.get(), ws_.get(), st);
-      L.o.dw.run(attn, grad, L.o.grad.get(), ws_.get(), st, accumulate);
-      attention_backward_stand_in(qkv, st);
+      L.o.dw.run(v.attn, grad, L.o.grad.get(), ws_.get(), st, accumulate);
+      attention_backward_stand_in(v.qkv, st);
       L.qkv.dx.run(L.qkv.w.get(), d_qkv_.get(), d_xn_.get(), ws_.get(), st);
-      L.qkv.dw.run(xn1, d_qkv_.get(), L.qkv.grad.get(), ws_.get(), st, accumulate);
-      if (tally && l == 0) check_linear(L.qkv, xn1, tally, st);
-      rms_norm_backward(grad, xi, L.n1.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+      L.qkv.dw.run(v.xn1, d_qkv_.get(), L.qkv.grad.get(), ws_.get(), st, accumulate);
+      if (tally && l == 0) check_linear(L.qkv, v.xn1, tally, st);
+      rms_norm_backward(grad, v.xi, L.n1.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
                         st);
     }
   }
 
-  // Sum of |gradient| entries sampled from every weight gradient of the stage is finite.
+  // The first 4096 entries of every weight gradient of the stage are finite.
   bool gradients_finite() const {
     for (const TrainLayer& L : layers_w_)
       for (const TrainLinear* t : {&L.qkv, &L.o, &L.up, &L.down}) {
@@ -322,6 +308,15 @@ class TrainStage {
     int k = 0;
     for (int j = 0; j < c; ++j) k += layers_[static_cast<std::size_t>(j)];
     return layers_w_[static_cast<std::size_t>(k + l)];
+  }
+  // Layer l's saved tensors in a slab.
+  struct Saved {
+    unsigned char *xi, *xn1, *qkv, *attn, *xm, *xn2, *up, *act;
+  };
+  Saved saved(unsigned char* slab, int l) const {
+    return {at(slab, l, row_.x_in), at(slab, l, row_.xn1),   at(slab, l, row_.qkv),
+            at(slab, l, row_.attn), at(slab, l, row_.x_mid), at(slab, l, row_.xn2),
+            at(slab, l, row_.up),   at(slab, l, row_.act)};
   }
   unsigned char* at(unsigned char* slab, int l, std::int64_t col) const {
     return slab + (static_cast<std::int64_t>(l) * row_.per_layer * rows_ + col * rows_) * eb_;
