@@ -26,32 +26,15 @@ using namespace gpubench;
 
 namespace {
 
+using gpubench::testing::Bits;
 using gpubench::testing::from_bits;
+using gpubench::testing::random_bits;
 using gpubench::testing::to_bits;
+using gpubench::testing::values;
 
 constexpr int kGpu = 0;
 constexpr ActDtype kDtypes[] = {ActDtype::BF16, ActDtype::F16};
 const std::int64_t kTokens[] = {1, 7, 64};
-
-using Bits = std::vector<std::uint16_t>;  // a host copy of a bf16 / fp16 array
-
-// ---------------------------------------------------------------------------------------------
-// Storage-type values on the host (to_bits and from_bits: half_bits.hpp)
-
-std::vector<double> values(ActDtype d, const Bits& bits) {
-  std::vector<double> v(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) v[i] = from_bits(d, bits[i]);
-  return v;
-}
-
-// Seeded uniform values in [lo, hi], rounded to the storage type.
-Bits random_bits(ActDtype d, std::size_t n, std::uint64_t seed, float lo, float hi) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Bits out(n);
-  for (auto& b : out) b = to_bits(d, dist(gen));
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Device transfers

@@ -24,34 +24,16 @@ using namespace gpubench;
 
 namespace {
 
+using gpubench::testing::Bits;
 using gpubench::testing::from_bits;
+using gpubench::testing::random_bits;
 using gpubench::testing::to_bits;
+using gpubench::testing::values;
 
 constexpr int kGpu = 0;
 constexpr ActDtype kDtypes[] = {ActDtype::BF16, ActDtype::F16};
 const int kNormCols[] = {4096, 5120, 1600, 129, 128};
 const std::int64_t kTokens[] = {1, 7, 64};
-
-using Bits = std::vector<std::uint16_t>;  // a host copy of a bf16 / fp16 array
-
-// ---------------------------------------------------------------------------------------------
-// Storage-type rounding on the host, with the same conversions the kernels use (to_bits and
-// from_bits: half_bits.hpp).
-
-std::vector<double> values(ActDtype d, const Bits& bits) {
-  std::vector<double> v(bits.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) v[i] = from_bits(d, bits[i]);
-  return v;
-}
-
-// Seeded uniform values in [lo, hi], rounded to the storage type.
-Bits random_bits(ActDtype d, std::size_t n, std::uint64_t seed, float lo, float hi) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Bits out(n);
-  for (auto& b : out) b = to_bits(d, dist(gen));
-  return out;
-}
 
 // Element-wise fp32 sum rounded to the storage type: what the adds store, bit for bit.
 Bits rounded_sum(ActDtype d, const Bits& a, const Bits& b) {
@@ -415,8 +397,8 @@ TEST(TransformerRope, QkvToCacheEqualsRopeThenCopies) {
   for (ActDtype d : kDtypes)
     for (int head_dim : {128, 64, 6})
       for (bool rotary : {true, false}) {
-        SCOPED_TRACE(label(d, "head_dim " + std::to_string(head_dim) +
-                                  (rotary ? " rope" : " no rope")));
+        SCOPED_TRACE(
+            label(d, "head_dim " + std::to_string(head_dim) + (rotary ? " rope" : " no rope")));
         const int heads = 8, kv_heads = 2, batch = 3, per_seq = 5, pos0 = 9, max_context = 20;
         const std::int64_t tokens = batch * per_seq, kv_dim = kv_heads * head_dim;
         const std::int64_t stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim;
@@ -427,8 +409,8 @@ TEST(TransformerRope, QkvToCacheEqualsRopeThenCopies) {
         DeviceBuffer dqkv = upload(qkv), dpos = upload(positions), kc = upload(sentinel),
                      vc = upload(sentinel);
         qkv_to_cache(dqkv.get(), tokens, per_seq, heads, kv_heads, head_dim, stride,
-                     dpos.as<std::int32_t>(), rotary, 10000.0f, kc.get(), vc.get(), max_context,
-                     d, nullptr);
+                     dpos.as<std::int32_t>(), rotary, 10000.0f, kc.get(), vc.get(), max_context, d,
+                     nullptr);
         const Bits got_qkv = download(dqkv.get(), qkv.size());
         const Bits got_k = download(kc.get(), sentinel.size());
         const Bits got_v = download(vc.get(), sentinel.size());
