@@ -116,3 +116,32 @@ TEST(PpInference, StageLayers) {
   EXPECT_EQ(sum, 6);
   EXPECT_THROW(inference_stage_layers(s, 7), InputError);
 }
+
+// Training stages: every layer placed once; the LM head's work (about 0.65 of a llama-2-7b
+// layer's) leaves llama-2-7b's stages equal; interleaved
+// stages hold layers / p each (v chunks of layers / (p v)).
+TEST(PpTraining, TrainingStageLayers) {
+  Options o;
+  for (const char* p : {"2", "4"}) {
+    o.pp = p;
+    const Settings s = resolve_settings(o, false, 4);
+    const int stages = std::stoi(p);
+    const std::vector<int> l = training_stage_layers(s, stages, Schedule::OneFOneB);
+    ASSERT_EQ(l.size(), static_cast<std::size_t>(stages));
+    int sum = 0;
+    for (int x : l) sum += x;
+    EXPECT_EQ(sum, 32);
+    EXPECT_LE(l.back(), l.front());
+    EXPECT_EQ(l, std::vector<int>(static_cast<std::size_t>(stages), 32 / stages));
+    EXPECT_EQ(training_stage_layers(s, stages, Schedule::Interleaved),
+              std::vector<int>(static_cast<std::size_t>(stages), 32 / stages));
+  }
+  // A head as heavy as several layers moves layers off the last stage: opt-125m's LM head
+  // (50272 x 768) is about 4.8 of its layers' work at 1024 tokens, so 12 layers split 8 / 4
+  // (the slowest stage 8.8 layers' worth; 9 / 3 would make it 9).
+  o = Options{};
+  o.model = "opt-125m";
+  o.pp = "2";
+  const Settings s = resolve_settings(o, false, 4);
+  EXPECT_EQ(training_stage_layers(s, 2, Schedule::GPipe), (std::vector<int>{8, 4}));
+}
