@@ -21,7 +21,7 @@ Modes:
   matmul         GEMM TFLOP/s and MFU per data type and size, verified
   sequence       LLM prefill/decode latency against sequence length and batch
   tp             tensor-parallel inference: speed-up and all-reduce cost (2+ GPUs)
-  pp             pipeline-parallel inference            (not available yet)
+  pp             pipeline-parallel inference and training: bubbles, schedules (2+ GPUs)
 
 Options after the mode go to gpubench unchanged, e.g.
   scripts/quick_start.sh bandwidth --gpus 0,1 --tests hbm,p2p
@@ -30,8 +30,8 @@ Paths in them are relative to the repository root. Reports go to results/test_YY
 Environment: GPUBENCH_CUDA_ARCHS (e.g. 90) builds for those GPU architectures only;
 GPUBENCH_SKIP_DEPS=1 skips the dependency check; GPUBENCH_SKIP_BUILD=1 runs the existing
 build/gpubench without building (for machines where nothing can be installed).
-Exit: 0 ok, 1 a benchmark, the build or a dependency failed, 2 bad input or a mode not
-available yet, 3 no usable GPU or driver.
+Exit: 0 ok, 1 a benchmark, the build or a dependency failed, 2 bad input, 3 no usable GPU or
+driver.
 EOF
 }
 
@@ -46,12 +46,10 @@ elif (($# > 0)) && [[ "$1" == -h || "$1" == --help ]]; then
   exit 0
 fi
 
-not_yet=0
 case "$mode" in
   quick) command_args=(all --config config/quick.ini) ;;
   comprehensive) command_args=(all --config config/default.ini) ;;
-  env | bandwidth | allreduce | matmul | seqlen | tp) command_args=("$mode") ;;
-  pp) command_args=("$mode") not_yet=1 ;;
+  env | bandwidth | allreduce | matmul | seqlen | tp | pp) command_args=("$mode") ;;
   sequence) command_args=(seqlen) ;;
   help) usage && exit 0 ;;
   *)
@@ -96,11 +94,7 @@ set -e
 case "$status" in
   0 | 1) ;;
   2)
-    if ((not_yet)); then
-      say "the '$mode' benchmark is not available in this version of gpubench yet" >&2
-    else
-      say "gpubench rejected the input (see the message above)" >&2
-    fi
+    say "gpubench rejected the input (see the message above)" >&2
     exit 2
     ;;
   3)
