@@ -21,11 +21,37 @@
 using namespace gpubench;
 using namespace gpubench::pp;
 
+namespace {
+
+// What a runner needs on the first g GPUs: their context (quick timing) and a rank per GPU.
+struct Rig {
+  static std::vector<int> first(int g) {
+    std::vector<int> gpus(static_cast<std::size_t>(g));
+    std::iota(gpus.begin(), gpus.end(), 0);
+    return gpus;
+  }
+  static const System& system() {
+    static const System s = System::discover(false);
+    return s;
+  }
+  static CommonOptions quick() {
+    CommonOptions common;
+    common.quick = true;
+    common.min_time = 0.005;
+    return common;
+  }
+  explicit Rig(int g) : gpus(first(g)), ctx(system(), gpus, quick()), group(gpus) {}
+  std::vector<int> gpus;
+  Context ctx;
+  RankGroup group;
+};
+
+}  // namespace
+
 TEST(PpPipeline, InferenceEqualsTheWholeModel) {
   int n = 0;
   GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
   if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
-  static const System system = System::discover(false);
   for (int p : {2, 4}) {
     if (p > n) continue;
     Options o;
@@ -35,13 +61,9 @@ TEST(PpPipeline, InferenceEqualsTheWholeModel) {
     o.seq_len = 128;
     o.microbatches = "1,4";
     const Settings s = resolve_settings(o, false, n);
-    std::vector<int> gpus(static_cast<std::size_t>(p));
-    std::iota(gpus.begin(), gpus.end(), 0);
-    CommonOptions common;
-    common.quick = true;
-    common.min_time = 0.005;
-    Context ctx(system, gpus, common);
-    RankGroup group(gpus);
+    Rig rig(p);
+    Context& ctx = rig.ctx;
+    RankGroup& group = rig.group;
     ReferenceLogits reference;
     const auto outcomes = run_inference(ctx, s, p, group, reference);
     ASSERT_EQ(outcomes.size(), 2u) << "p " << p;
@@ -70,7 +92,6 @@ TEST(PpPipeline, InferenceEqualsTheWholeModel) {
 TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
   int n = 0;
   GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
-  static const System system = System::discover(false);
   for (int p : {1, 2, 4}) {
     if (p > n) continue;
     Options o;
@@ -81,13 +102,9 @@ TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
     o.microbatches = p == 1 ? "1,4" : (p == 2 ? "2,4,8" : "4,8");
     o.schedule = p == 1 ? "1f1b" : "gpipe,1f1b,interleaved";
     const Settings s = resolve_settings(o, false, n);
-    std::vector<int> gpus(static_cast<std::size_t>(p));
-    std::iota(gpus.begin(), gpus.end(), 0);
-    CommonOptions common;
-    common.quick = true;
-    common.min_time = 0.005;
-    Context ctx(system, gpus, common);
-    RankGroup group(gpus);
+    Rig rig(p);
+    Context& ctx = rig.ctx;
+    RankGroup& group = rig.group;
     std::map<std::pair<Schedule, int>, std::uint64_t> stage0_peak;
     for (Schedule sch : s.schedules) {
       const auto outcomes = run_training(ctx, s, p, sch, group);
@@ -134,7 +151,6 @@ TEST(PpPipeline, LayoutsEqualTheWholeModel) {
   int n = 0;
   GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
   if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
-  static const System system = System::discover(false);
   const int g = n >= 4 ? 4 : 2;
   Options o;
   o.pp = "2";
@@ -144,13 +160,9 @@ TEST(PpPipeline, LayoutsEqualTheWholeModel) {
   o.microbatches = "1,2";
   o.layouts = g == 4 ? "dp=4,tp=4,pp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2" : "dp=2,tp=2,pp=2";
   const Settings s = resolve_settings(o, false, g);
-  std::vector<int> gpus(static_cast<std::size_t>(g));
-  std::iota(gpus.begin(), gpus.end(), 0);
-  CommonOptions common;
-  common.quick = true;
-  common.min_time = 0.005;
-  Context ctx(system, gpus, common);
-  RankGroup group(gpus);
+  Rig rig(g);
+  Context& ctx = rig.ctx;
+  RankGroup& group = rig.group;
   ReferenceLogits reference;
   for (const Layout& l : parse_layouts(s.layouts_text, g, s.model)) {
     const LayoutOutcome r = run_layout(ctx, s, l, 4, group, reference);
