@@ -122,24 +122,22 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
         GPB_CUDA_CHECK(cudaMemcpyAsync(
             ids_buf.as<std::int32_t>() + mb * b * n, engine.tokens(b, n, kTokenSeed + mb, st),
             static_cast<std::size_t>(b) * n * sizeof(std::int32_t), cudaMemcpyDeviceToDevice, st));
+    // Microbatch mb through this stage: receive, prefill, send on.
+    auto through = [&](int mb, cudaStream_t s2) {
+      if (stage > 0)
+        GPB_NCCL_CHECK(
+            ncclRecv(engine.input_hidden(), hidden, type, stage - 1, pp_comm.get(), s2));
+      engine.prefill(stage == 0 ? ids_buf.as<std::int32_t>() + mb * b * n : nullptr, b, n, s2);
+      if (stage < l.pp - 1)
+        GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden, type, stage + 1, pp_comm.get(), s2));
+    };
     auto step = [&](cudaStream_t s2) {
-      for (int mb = 0; mb < m; ++mb) {
-        if (stage > 0)
-          GPB_NCCL_CHECK(
-              ncclRecv(engine.input_hidden(), hidden, type, stage - 1, pp_comm.get(), s2));
-        engine.prefill(stage == 0 ? ids_buf.as<std::int32_t>() + mb * b * n : nullptr, b, n, s2);
-        if (stage < l.pp - 1)
-          GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden, type, stage + 1, pp_comm.get(), s2));
-      }
+      for (int mb = 0; mb < m; ++mb) through(mb, s2);
     };
     // Checked once: microbatch 0 alone through the pipeline, its logits on every replica's
     // last stage (tensor rank 0) against the whole model's.
     double error = 0;
-    if (stage > 0)
-      GPB_NCCL_CHECK(ncclRecv(engine.input_hidden(), hidden, type, stage - 1, pp_comm.get(), st));
-    engine.prefill(stage == 0 ? ids_buf.as<std::int32_t>() : nullptr, b, n, st);
-    if (stage < l.pp - 1)
-      GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden, type, stage + 1, pp_comm.get(), st));
+    through(0, st);
     GPB_CUDA_CHECK(cudaStreamSynchronize(st));
     if (stage == l.pp - 1 && trank == 0)
       error = model::relative_l2(model::to_host_values(engine.logits(), logit_elems, dtype),
