@@ -106,41 +106,47 @@ TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
     Context& ctx = rig.ctx;
     RankGroup& group = rig.group;
     std::map<std::pair<Schedule, int>, std::uint64_t> stage0_peak;
-    for (Schedule sch : s.schedules) {
-      const auto outcomes = run_training(ctx, s, p, sch, group);
-      ASSERT_EQ(outcomes.size(), s.microbatches.size()) << "p " << p;
-      for (const TrainingOutcome& r : outcomes) {
-        const std::string what =
-            fmt::format("p {} {} m {}", p, to_string(sch), r.m);
-        EXPECT_EQ(r.status, "ok") << what << ": " << r.note;
-        EXPECT_GT(r.step.median_s(), 0.0) << what;
-        const int v = sch == Schedule::Interleaved ? s.chunks : 1;
-        ASSERT_EQ(r.timeline.stages.size(), static_cast<std::size_t>(p)) << what;
-        for (const auto& spans : r.timeline.stages) {
-          ASSERT_EQ(spans.size(), static_cast<std::size_t>(2 * r.m * v)) << what;
-          for (const Span& sp : spans) EXPECT_LT(sp.start, sp.end) << what;
+    Settings ce = s;  // the same over the copy engines (one process, peer access)
+    ce.transfers = "copy-engine";
+    for (const Settings* run : std::initializer_list<const Settings*>{&s, &ce})
+      for (Schedule sch : s.schedules) {
+        if (run == &ce && p == 1) continue;
+        const auto outcomes = run_training(ctx, *run, p, sch, group);
+        ASSERT_EQ(outcomes.size(), s.microbatches.size()) << "p " << p;
+        for (const TrainingOutcome& r : outcomes) {
+          const std::string what =
+              fmt::format("p {} {} m {} over {}", p, to_string(sch), r.m, r.transport);
+          if (run == &ce) EXPECT_EQ(r.transport, "copy-engine") << what;
+          EXPECT_EQ(r.status, "ok") << what << ": " << r.note;
+          EXPECT_GT(r.step.median_s(), 0.0) << what;
+          const int v = sch == Schedule::Interleaved ? s.chunks : 1;
+          ASSERT_EQ(r.timeline.stages.size(), static_cast<std::size_t>(p)) << what;
+          for (const auto& spans : r.timeline.stages) {
+            ASSERT_EQ(spans.size(), static_cast<std::size_t>(2 * r.m * v)) << what;
+            for (const Span& sp : spans) EXPECT_LT(sp.start, sp.end) << what;
+          }
+          ASSERT_EQ(r.peak_saved.size(), static_cast<std::size_t>(p)) << what;
+          for (int j = 0; j < p; ++j) {
+            const double got = static_cast<double>(r.peak_saved[static_cast<std::size_t>(j)]);
+            const double want = static_cast<double>(r.expected_saved[static_cast<std::size_t>(j)]);
+            EXPECT_NEAR(got, want, 0.01 * want) << what << " stage " << j;
+          }
+          if (p > 1) {
+            EXPECT_GT(r.timeline.bubble, 0.0) << what;
+            EXPECT_LT(r.timeline.bubble, 1.0) << what;
+            EXPECT_GT(r.transfers, 0) << what;
+            EXPECT_GT(r.transfer_s, 0.0) << what;
+            EXPECT_GT(r.transfer_alone_s, 0.0) << what;
+          }
+          stage0_peak[{sch, r.m}] = r.peak_saved.front();
         }
-        ASSERT_EQ(r.peak_saved.size(), static_cast<std::size_t>(p)) << what;
-        for (int j = 0; j < p; ++j) {
-          const double got = static_cast<double>(r.peak_saved[static_cast<std::size_t>(j)]);
-          const double want = static_cast<double>(r.expected_saved[static_cast<std::size_t>(j)]);
-          EXPECT_NEAR(got, want, 0.01 * want) << what << " stage " << j;
-        }
-        if (p > 1) {
-          EXPECT_GT(r.timeline.bubble, 0.0) << what;
-          EXPECT_LT(r.timeline.bubble, 1.0) << what;
-          EXPECT_GT(r.transfers, 0) << what;
-          EXPECT_GT(r.transfer_s, 0.0) << what;
-          EXPECT_GT(r.transfer_alone_s, 0.0) << what;
-        }
-        stage0_peak[{sch, r.m}] = r.peak_saved.front();
       }
-    }
     if (p > 1)
       for (int m : s.microbatches) {
         const double g = static_cast<double>(stage0_peak[{Schedule::GPipe, m}]);
         const double f = static_cast<double>(stage0_peak[{Schedule::OneFOneB, m}]);
-        EXPECT_LE(f, g * std::min(1.0, static_cast<double>(p) / m) * 1.1) << "p " << p << " m " << m;
+        EXPECT_LE(f, g * std::min(1.0, static_cast<double>(p) / m) * 1.1)
+            << "p " << p << " m " << m;
       }
   }
 }

@@ -92,6 +92,13 @@ TEST(PpSettings, BadInput) {
   EXPECT_EQ(resolve_settings(o, false, 2).pp, (std::vector<int>{2}));
   EXPECT_EQ(resolve_settings(o, false, 2).microbatches, (std::vector<int>{2, 4}));
   EXPECT_EQ(err(o), "--microbatches: 2 is not a multiple of 4 stages (the interleaved schedule)");
+  // --transfers
+  o = Options{};
+  EXPECT_EQ(resolve_settings(o, false, 4).transfers, "nccl");
+  o.transfers = "Copy-Engine";
+  EXPECT_EQ(resolve_settings(o, false, 4).transfers, "copy-engine");
+  o.transfers = "pigeon";
+  EXPECT_EQ(err(o), "--transfers: 'pigeon' is not nccl or copy-engine");
   // --workload
   o = Options{};
   o.workload = "training";

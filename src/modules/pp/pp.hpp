@@ -42,6 +42,7 @@ struct Options {
   std::string dtype = "bf16";
   std::string workload;         // inference, training or both (default both)
   std::string layout_batches;   // the layouts' batch sizes (default 1 and --batch)
+  std::string transfers = "nccl";  // training's stage-to-stage transfers: nccl or copy-engine
 };
 
 struct Settings {
@@ -57,6 +58,7 @@ struct Settings {
   std::string dtype = "bf16";
   bool inference = true, training = true;
   std::vector<int> layout_batches;  // ascending, unique
+  std::string transfers = "nccl";   // nccl or copy-engine
   std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
@@ -235,6 +237,7 @@ std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch);
 struct TrainingOutcome {
   Schedule schedule = Schedule::OneFOneB;
   int p = 1, m = 1, v = 1;
+  std::string transport = "nccl";  // what carried the stage-to-stage transfers
   std::int64_t micro_sequences = 0;
   std::vector<int> stage_layers;
   std::string status = "ok", note;

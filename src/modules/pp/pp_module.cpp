@@ -55,6 +55,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 8)")
         ->capture_default_str();
     app.add_option("--workload", opts_.workload, "inference, training or both (default both)");
+    app.add_option("--transfers", opts_.transfers,
+                   "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
+                   "ordered by flags in GPU memory, no SMs; one process with peer access)")
+        ->capture_default_str();
     app.add_option("--layouts", opts_.layouts,
                    "Parallel layouts of the inference workload over all the GPUs, e.g. "
                    "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4, or all");
@@ -245,6 +249,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
                           s.layers, s.batch, s.seq_len);
     const bool ok = begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note);
     r.params["schedule"] = to_string(o.schedule);
+    if (o.p > 1) r.params["transfers"] = o.transport;
     if (o.v > 1) r.params["chunks"] = o.v;
     if (!ok) {
       report.add(std::move(r));

@@ -35,6 +35,11 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   s.dtype = model::engine_dtype(o.dtype);
   s.layers = model::engine_layers(s.model, o.layers);
   if (quick && o.layers == 0) s.layers = std::min(s.layers, 8);
+  s.transfers = lower(trim(o.transfers));
+  if (s.transfers.empty()) s.transfers = "nccl";
+  if (s.transfers != "nccl" && s.transfers != "copy-engine")
+    throw InputError(
+        fmt::format("--transfers: '{}' is not nccl or copy-engine", trim(o.transfers)));
   const std::string workload = lower(trim(o.workload));
   if (workload == "inference")
     s.training = false;
@@ -141,6 +146,7 @@ nlohmann::ordered_json Settings::to_json() const {
           {"seq_len", seq_len},
           {"layouts", layouts_text},
           {"layout_batches", layout_batches},
+          {"transfers", transfers},
           {"dtype", dtype},
           {"workload", inference && training ? "both" : (inference ? "inference" : "training")}};
 }

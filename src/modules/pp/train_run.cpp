@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -41,6 +43,56 @@ GemmDtype gemm_dtype_of(ActDtype d) {
 ncclDataType_t nccl_type_of(ActDtype d) {
   return d == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
 }
+
+// The driver's stream memory operations (a 32-bit write, and a wait for a cyclic >=), found
+// at run time so that nothing links the driver library.
+struct StreamMemOps {
+  CUresult (*write)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*wait)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+};
+const StreamMemOps& stream_mem_ops() {
+  static const StreamMemOps ops = [] {
+    StreamMemOps o;
+    auto find = [](const char* name) {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      GPB_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+      if (q != cudaDriverEntryPointSuccess || fn == nullptr)
+        throw GpuError(fmt::format("the driver has no {}", name));
+      return fn;
+    };
+    o.write = reinterpret_cast<decltype(o.write)>(find("cuStreamWriteValue32"));
+    o.wait = reinterpret_cast<decltype(o.wait)>(find("cuStreamWaitValue32"));
+    return o;
+  }();
+  return ops;
+}
+// `stream` writes `value` to `flag` (on this GPU or a peer's) after what it ran before.
+void write_flag(cudaStream_t stream, std::uint32_t* flag, std::uint32_t value) {
+  const CUresult r = stream_mem_ops().write(reinterpret_cast<CUstream>(stream),
+                                            reinterpret_cast<CUdeviceptr>(flag), value,
+                                            CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (r != CUDA_SUCCESS)
+    throw GpuError(fmt::format("cuStreamWriteValue32 failed: CUresult {}", static_cast<int>(r)));
+}
+// `stream` waits until `flag` (on this GPU) reaches `value` (cyclic >=).
+void wait_flag(cudaStream_t stream, std::uint32_t* flag, std::uint32_t value) {
+  const CUresult r =
+      stream_mem_ops().wait(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(flag),
+                            value, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS)
+    throw GpuError(fmt::format("cuStreamWaitValue32 failed: CUresult {}", static_cast<int>(r)));
+}
+
+// Copy-engine transfers (one process): what a stage shows its neighbours. Flags, on the stage's
+// own GPU: [0] activations arrived in its forward receive ring, [1] its activation sends whose
+// ring slot the next stage has released, [2] gradients arrived, [3] its gradient sends
+// released by the previous stage. Counts only grow (cyclic compare).
+struct CePeer {
+  std::array<void*, kRing> frecv{}, brecv{};
+  std::uint32_t* flags = nullptr;
+  int device = -1;
+};
 
 // Offsets, in elements of one row, of what a decoder layer saves for its backward (stage_work's
 // list): layer input, normed input, q|k|v, attention output, mid residual, post-norm input of
@@ -460,11 +512,21 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   const int edges = p < 2 ? 0 : (v > 1 ? p : p - 1);
   std::vector<TrainingOutcome> out;
   // The copy engines' peer copy of a transfer alone needs peer access (one process only).
-  bool peer_copy = false;
+  bool peer_copy = false, peers_all = false;
   if (p > 1 && !group.is_mpi()) {
     const PeerAccess peers(group.devices());
     peer_copy = peers.pair(group.devices()[0], group.devices()[1]);
+    peers_all = peers.all();
   }
+  // --transfers copy-engine: peer copies between the stages' rings, ordered by flags in GPU
+  // memory (no SMs, no host waits); one process with peer access between all the GPUs only.
+  const bool ce = s.transfers == "copy-engine" && p > 1 && peers_all;
+  if (s.transfers == "copy-engine" && p > 1 && !ce)
+    spdlog::warn(
+        "pp: --transfers copy-engine needs one process and peer access between all "
+        "the GPUs; running over NCCL");
+  if (ce) (void)stream_mem_ops();  // fail here, not inside a rank
+  std::vector<CePeer> ce_peers(static_cast<std::size_t>(p));
 
   group.run([&](Rank& self) {
     const int stage = self.rank;
@@ -544,6 +606,22 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       };
       Ring frecv, fsend, brecv, bwork;
       for (Ring* r : {&frecv, &fsend, &brecv, &bwork}) make_ring(*r);
+      o.transport = ce ? "copy-engine" : "nccl";
+      DeviceBuffer flags(self.device, 4 * sizeof(std::uint32_t));
+      std::uint32_t* my_flags = flags.as<std::uint32_t>();
+      std::uint32_t f_sent = 0, f_got = 0, b_sent = 0, b_got = 0;
+      const int prev = (stage + p - 1) % p, next = (stage + 1) % p;
+      if (ce) {
+        GPB_CUDA_CHECK(cudaMemset(flags.get(), 0, flags.bytes()));
+        CePeer& me = ce_peers[static_cast<std::size_t>(stage)];
+        for (int k = 0; k < kRing; ++k) {
+          me.frecv[static_cast<std::size_t>(k)] = frecv.buf[static_cast<std::size_t>(k)].get();
+          me.brecv[static_cast<std::size_t>(k)] = brecv.buf[static_cast<std::size_t>(k)].get();
+        }
+        me.flags = my_flags;
+        me.device = self.device;
+        group.barrier();  // every stage's rings and flags published before any step
+      }
       // The transfers' streams are high-priority: their NCCL kernels get SMs as soon as some
       // free up, instead of queueing behind the next operation's GEMM blocks.
       Stream s_frecv(self.device, true), s_fsend(self.device, true), s_brecv(self.device, true),
@@ -608,6 +686,46 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         r.free[S].record(side);
         r.last = slot;
       };
+      // Copy-engine versions. A receive only takes the ring's next slot (the sender copies into
+      // it); taking it waits on the arrival flag (mark 3 before, 1 and 4 once it may), copies it
+      // out and tells the sender the slot is free. A send waits until the receiver has freed the
+      // slot it will fill (kRing sends back), peer-copies into it and raises the arrival flag.
+      auto ce_post_recv = [&](Ring& r) {
+        const int slot = r.next;
+        r.next = (r.next + 1) % kRing;
+        r.last = slot;
+        return slot;
+      };
+      auto ce_take = [&](Ring& r, int slot, void* dst, bool forward, cudaStream_t cs, bool mark,
+                         std::size_t i) {
+        const std::uint32_t n = forward ? ++f_got : ++b_got;
+        rec(mark, i, 3, cs);
+        wait_flag(cs, my_flags + (forward ? 0 : 2), n);
+        rec(mark, i, 1, cs);
+        rec(mark, i, 4, cs);
+        GPB_CUDA_CHECK(cudaMemcpyAsync(dst, r.buf[static_cast<std::size_t>(slot)].get(), hb,
+                                       cudaMemcpyDeviceToDevice, cs));
+        const CePeer& sender = ce_peers[static_cast<std::size_t>(forward ? prev : next)];
+        write_flag(cs, sender.flags + (forward ? 1 : 3), n);
+      };
+      auto ce_post_send = [&](Ring& r, int slot, bool forward, cudaStream_t cs, cudaStream_t side,
+                              bool mark, std::size_t i) {
+        const auto S = static_cast<std::size_t>(slot);
+        const std::uint32_t n = forward ? ++f_sent : ++b_sent;
+        const CePeer& to = ce_peers[static_cast<std::size_t>(forward ? next : prev)];
+        r.ready[S].record(cs);
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.ready[S].get(), 0));
+        if (n > static_cast<std::uint32_t>(kRing))
+          wait_flag(side, my_flags + (forward ? 1 : 3), n - kRing);
+        rec(mark, i, 5, side);
+        const std::size_t dst_slot = (n - 1) % kRing;
+        GPB_CUDA_CHECK(cudaMemcpyPeerAsync(forward ? to.frecv[dst_slot] : to.brecv[dst_slot],
+                                           to.device, r.buf[S].get(), self.device, hb, side));
+        write_flag(side, to.flags + (forward ? 0 : 2), n);
+        rec(mark, i, 6, side);
+        r.free[S].record(side);
+        r.last = slot;
+      };
       auto step = [&](cudaStream_t cs, bool mark, bool check) {
         std::vector<bool> seen(static_cast<std::size_t>(v), false);  // first backward per chunk
         const Op* last_b = nullptr;
@@ -625,10 +743,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           Ring& outr = op.forward ? fsend : bwork;
           unsigned char* slab = op.forward ? ts.allocate(op.chunk, cs) : slabs[slot_id];
           if (op.forward) slabs[slot_id] = slab;
-          const int in_slot = receives
-                                  ? post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
-                                              op.forward ? s_frecv.get() : s_brecv.get(), mark, i)
-                                  : -1;
+          const int in_slot = !receives ? -1
+                              : ce      ? ce_post_recv(in)
+                                   : post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
+                                               op.forward ? s_frecv.get() : s_brecv.get(), mark, i);
           rec(mark, i, 0, cs);
           const int out_slot = sends ? claim(outr, cs) : -1;
           // The operation's input: received into the slab (forward) or into the gradient it
@@ -636,7 +754,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           void* grad = op.forward ? nullptr
                                   : (sends ? bwork.buf[static_cast<std::size_t>(out_slot)].get()
                                            : bfirst.get());
-          if (in_slot >= 0)
+          if (in_slot >= 0 && ce)
+            ce_take(in, in_slot, op.forward ? ts.input_of(slab) : grad, op.forward, cs, mark, i);
+          else if (in_slot >= 0)
             take(in, in_slot, op.forward ? ts.input_of(slab) : grad, cs, mark, i);
           else
             rec(mark, i, 1, cs);
@@ -653,7 +773,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             slabs[slot_id] = nullptr;
           }
           rec(mark, i, 2, cs);
-          if (sends)
+          if (sends && ce)
+            ce_post_send(outr, out_slot, op.forward, cs, op.forward ? s_fsend.get() : s_bsend.get(),
+                         mark, i);
+          else if (sends)
             post_send(outr, out_slot, op.forward ? f_out : b_in, op.forward ? 1 : 0, cs,
                       op.forward ? s_fsend.get() : s_bsend.get(), mark, i);
         }
@@ -793,9 +916,12 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             const int sj = ks % p;
             const Op sop{op.forward, op.mb, ks / p};
             const auto& sa = all[static_cast<std::size_t>(sj)][find(sj, sop)];
-            const double begin = std::max(sa[5], a[3]);
-            const double dur = std::max(0.0, a[4] - begin);
-            tl.recvs[static_cast<std::size_t>(j)].push_back(Span{op, begin, a[4]});
+            // NCCL: from the later of the send and the posted receive to the arrival; copy
+            // engines: the peer copy itself (the sender's clock), arrival as the receiver saw it.
+            const double begin = ce ? sa[5] : std::max(sa[5], a[3]);
+            const double end = ce ? sa[6] : a[4];
+            const double dur = std::max(0.0, end - begin);
+            tl.recvs[static_cast<std::size_t>(j)].push_back(Span{op, begin, end});
             transfer += dur;
             exposed += std::clamp(a[4] - std::max(a[0], begin), 0.0, dur);
             ++hops;
