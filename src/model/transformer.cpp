@@ -463,42 +463,47 @@ void Transformer::set_overlap_chunks(int chunks) {
 }
 
 std::vector<Transformer::Rows> Transformer::step_chunks(int batch, int tokens, int pos0,
-                                                        bool decode) const {
+                                                        bool decode, int seq0) const {
   const int c = opts_.overlap_chunks;
-  const Rows whole{0, static_cast<std::int64_t>(batch) * tokens, 0, batch, tokens, pos0};
+  const Rows whole{0, static_cast<std::int64_t>(batch) * tokens, seq0, batch, tokens, pos0};
   if (decode || sp_ || opts_.tp_size < 2 || c < 2) return {whole};
   std::vector<Rows> out;
   if (batch % c == 0) {  // whole sequences: no chunk attends to another's keys
     const int per = batch / c;
     for (int i = 0; i < c; ++i)
       out.push_back({static_cast<std::int64_t>(i) * per * tokens,
-                     static_cast<std::int64_t>(per) * tokens, i * per, per, tokens, pos0});
+                     static_cast<std::int64_t>(per) * tokens, seq0 + i * per, per, tokens, pos0});
   } else if (batch == 1 && tokens % c == 0) {  // prompt slices, later ones over earlier keys
     const int per = tokens / c;
     for (int i = 0; i < c; ++i)
-      out.push_back({static_cast<std::int64_t>(i) * per, per, 0, 1, per, pos0 + i * per});
+      out.push_back({static_cast<std::int64_t>(i) * per, per, seq0, 1, per, pos0 + i * per});
   } else {
     out.push_back(whole);
   }
   return out;
 }
 
-void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream) {
+void Transformer::prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream,
+                          int seq0) {
   if (batch < 1 || batch > opts_.max_batch || tokens < 1 || tokens > opts_.max_tokens)
     throw InputError(fmt::format("prefill: batch {} x {} tokens outside the engine's {} x {}",
                                  batch, tokens, opts_.max_batch, opts_.max_tokens));
-  forward(ids, batch, tokens, 0, false, stream);
+  forward(ids, batch, tokens, 0, false, stream, seq0);
 }
 
-void Transformer::decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream) {
+void Transformer::decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream,
+                         int seq0) {
   if (batch < 1 || batch > opts_.max_batch || context < 0 || context >= opts_.max_context)
     throw InputError(fmt::format("decode: batch {} at context {} outside the engine's {} x {}",
                                  batch, context, opts_.max_batch, opts_.max_context));
-  forward(ids, batch, 1, context, true, stream);
+  forward(ids, batch, 1, context, true, stream, seq0);
 }
 
 void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, int seq0) {
+  if (seq0 < 0 || seq0 + batch > opts_.max_batch)
+    throw InputError(fmt::format("engine: sequences {}..{} outside the engine's {}", seq0,
+                                 seq0 + batch - 1, opts_.max_batch));
   if (opts_.tp_size > 1 && collectives_ == nullptr)
     throw InputError("engine: tensor parallelism needs set_collectives() before a step");
   const ModelConfig& m = model_;
@@ -519,7 +524,7 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
       embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
                        positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
   }
-  const std::vector<Rows> chunks = step_chunks(batch, tokens, pos0, decode);
+  const std::vector<Rows> chunks = step_chunks(batch, tokens, pos0, decode, seq0);
   last_chunks_ = static_cast<int>(chunks.size());
   if (chunks.size() > 1)
     overlapped_layers(chunks, stream);

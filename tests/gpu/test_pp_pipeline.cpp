@@ -79,6 +79,9 @@ TEST(PpPipeline, InferenceEqualsTheWholeModel) {
       EXPECT_GT(r.timeline.bubble, 0.0) << what;
       EXPECT_LT(r.timeline.bubble, 1.0) << what;
       EXPECT_GT(r.step.median_s(), 0.0) << what;
+      // Decode after the prefill, each microbatch over its own cache rows.
+      EXPECT_LE(r.decode_check_error, 0.05) << what;
+      EXPECT_GT(r.decode.median_s(), 0.0) << what;
     }
     // More microbatches, a smaller bubble (theory: (p-1)/p at m 1, (p-1)/(p+3) at m 4).
     EXPECT_LT(outcomes[1].timeline.bubble, outcomes[0].timeline.bubble) << "p " << p;

@@ -157,10 +157,12 @@ class Transformer {
   // The prompt `ids` [batch * tokens] at positions 0..tokens-1: fills the KV cache, leaves the
   // last position's logits [batch, vocab] in logits(). A stage without the embedding ignores
   // `ids` (may be null) and starts from input_hidden(); one without the head leaves hidden().
-  void prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream);
+  // `seq0`: the sequences' KV cache rows start at sequence seq0 of the engine's max_batch (a
+  // pipeline stage keeps each microbatch's cache apart); seq0 + batch <= max_batch.
+  void prefill(const std::int32_t* ids, int batch, int tokens, cudaStream_t stream, int seq0 = 0);
   // One token per sequence, `ids` [batch], at position `context` (the cache holds 0..context-1):
   // writes its K/V at `context`, leaves logits. Capturable in a CUDA graph (no host copies).
-  void decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream);
+  void decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream, int seq0 = 0);
 
   const void* logits() const noexcept { return logits_.get(); }
   // A stage without the embedding: where a step's input hidden states go [batch * tokens,
@@ -203,9 +205,10 @@ class Transformer {
     int seq0 = 0, batch = 1, tokens = 1, pos0 = 0;
   };
   void forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
-               cudaStream_t stream);
-  // The step in overlap chunks (EngineOptions::overlap_chunks), or whole.
-  std::vector<Rows> step_chunks(int batch, int tokens, int pos0, bool decode) const;
+               cudaStream_t stream, int seq0);
+  // The step in overlap chunks (EngineOptions::overlap_chunks), or whole; its cache rows from
+  // sequence seq0.
+  std::vector<Rows> step_chunks(int batch, int tokens, int pos0, bool decode, int seq0) const;
   void layer_forward(int l, const Rows& r, bool decode, cudaStream_t stream);
   // A decoder layer in parts: the input norm (first layer) through attention's output
   // projection, whose partial sum is left in tmp_; the post-attention residual add and norm

@@ -22,7 +22,8 @@ namespace {
 // Pipeline logits against the whole model's, relative L2: stages run the same kernels on the
 // same weights, so only the handing over of bf16 hidden states could differ (it must not).
 constexpr double kCheckLimit = 0.05;
-constexpr std::uint64_t kTokenSeed = 31;  // microbatch mb's prompts: seed kTokenSeed + mb
+constexpr std::uint64_t kTokenSeed = 31;   // microbatch mb's prompts: seed kTokenSeed + mb
+constexpr std::uint64_t kDecodeSeed = 71;  // microbatch mb's decoded token: kDecodeSeed + mb
 
 ActDtype dtype_of(const Settings& s) {
   return s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
@@ -33,7 +34,7 @@ model::EngineOptions engine_options(const Settings& s, std::int64_t sequences) {
   eo.dtype = dtype_of(s);
   eo.max_batch = static_cast<int>(sequences);
   eo.max_tokens = static_cast<int>(s.seq_len);
-  eo.max_context = static_cast<int>(s.seq_len);
+  eo.max_context = static_cast<int>(s.seq_len) + 1;  // the prompt and one decoded token
   return eo;
 }
 
@@ -46,10 +47,9 @@ std::vector<int> inference_stage_layers(const Settings& s, int p) {
       model::model_cost(s.model, model::Phase::Prefill, 1, s.seq_len, 0, 2);
   double head = 0;
   for (const auto& op : cost.outside_layers) head += op.flops;
-  const std::vector<double> layer(static_cast<std::size_t>(s.layers), cost.total.flops > 0
-                                                                        ? (cost.total.flops - head) /
-                                                                              cost.num_layers
-                                                                        : 1.0);
+  const std::vector<double> layer(
+      static_cast<std::size_t>(s.layers),
+      cost.total.flops > 0 ? (cost.total.flops - head) / cost.num_layers : 1.0);
   return balance_stages(layer, p, 0.0, head);
 }
 
@@ -101,11 +101,18 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
           reference[std::make_tuple(seqs, s.seq_len, mb)] =
               model::to_host_values(whole.logits(), logit_elems, dtype);
+          // The decode step after it: the logits of the prompt plus one token (key seq_len + 1).
+          whole.decode(whole.tokens(b, 1, kDecodeSeed + mb, st), b, n, st);
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          reference[std::make_tuple(seqs, s.seq_len + 1, mb)] =
+              model::to_host_values(whole.logits(), logit_elems, dtype);
         }
       }
       group.barrier();
 
-      model::EngineOptions eo = engine_options(s, seqs);
+      // The stage's engine holds every microbatch's KV cache (microbatch mb's from sequence
+      // mb x seqs on), so that decode can follow the prefill microbatch by microbatch.
+      model::EngineOptions eo = engine_options(s, s.batch);
       eo.first_layer = first_layer;
       eo.layers = layers[static_cast<std::size_t>(stage)];
       eo.embed = stage == 0;
@@ -134,14 +141,14 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       auto step = [&](cudaStream_t s2, bool keep_logits, bool mark) {
         for (int mb = 0; mb < m; ++mb) {
           if (stage > 0)
-            GPB_NCCL_CHECK(ncclRecv(engine.input_hidden(), hidden_elems, type, stage - 1,
-                                    comm.get(), s2));
+            GPB_NCCL_CHECK(
+                ncclRecv(engine.input_hidden(), hidden_elems, type, stage - 1, comm.get(), s2));
           if (mark) marks[static_cast<std::size_t>(3 * mb)].record(s2);
-          engine.prefill(ids[static_cast<std::size_t>(mb)], b, n, s2);
+          engine.prefill(ids[static_cast<std::size_t>(mb)], b, n, s2, mb * b);
           if (mark) marks[static_cast<std::size_t>(3 * mb + 1)].record(s2);
           if (stage < p - 1)
-            GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden_elems, type, stage + 1, comm.get(),
-                                    s2));
+            GPB_NCCL_CHECK(
+                ncclSend(engine.hidden(), hidden_elems, type, stage + 1, comm.get(), s2));
           if (mark) marks[static_cast<std::size_t>(3 * mb + 2)].record(s2);
           if (keep_logits && stage == p - 1)
             GPB_CUDA_CHECK(cudaMemcpyAsync(logits.as<unsigned char>() + mb * logit_bytes,
@@ -164,13 +171,15 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       o.check_error = group.all_gather(self.rank, worst)[static_cast<std::size_t>(p - 1)];
       if (!(o.check_error <= kCheckLimit)) {
         o.status = "failed";
-        o.note = fmt::format("pipeline logits differ from the whole model's: relative error "
-                             "{:.3g} (limit {})",
-                             o.check_error, kCheckLimit);
+        o.note = fmt::format(
+            "pipeline logits differ from the whole model's: relative error "
+            "{:.3g} (limit {})",
+            o.check_error, kCheckLimit);
       }
 
       // Timed: the step, the slowest stage per iteration.
-      o.step = group.measure(self, [&](cudaStream_t s2, int) { step(s2, false, false); }, step_mo);
+      o.step = group.measure(
+          self, [&](cudaStream_t s2, int) { step(s2, false, false); }, step_mo);
 
       // One more step with events: each stage's timeline from its own start, the stages
       // released together by a barrier.
@@ -205,6 +214,56 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       o.transfer_s = send_s;
       o.bubble_theory = theory_bubble(Schedule::GPipe, p, m, 1);
       o.memory_per_gpu = engine.memory().total();
+
+      // Decode: one token for every sequence at context seq_len, microbatch by microbatch
+      // through the stages (each over its own cache rows), its logits checked like prefill's.
+      std::vector<DeviceBuffer> next_bufs;
+      std::vector<const std::int32_t*> next(static_cast<std::size_t>(m), nullptr);
+      if (stage == 0)
+        for (int mb = 0; mb < m; ++mb) {
+          next_bufs.emplace_back(self.device, static_cast<std::size_t>(b) * sizeof(std::int32_t));
+          GPB_CUDA_CHECK(cudaMemcpyAsync(
+              next_bufs.back().get(), engine.tokens(b, 1, kDecodeSeed + mb, st),
+              static_cast<std::size_t>(b) * sizeof(std::int32_t), cudaMemcpyDeviceToDevice, st));
+          next[static_cast<std::size_t>(mb)] = next_bufs.back().as<std::int32_t>();
+        }
+      const std::size_t token_elems = static_cast<std::size_t>(seqs * H);
+      auto decode_step = [&](cudaStream_t s2, bool keep_logits) {
+        for (int mb = 0; mb < m; ++mb) {
+          if (stage > 0)
+            GPB_NCCL_CHECK(
+                ncclRecv(engine.input_hidden(), token_elems, type, stage - 1, comm.get(), s2));
+          engine.decode(next[static_cast<std::size_t>(mb)], b, n, s2, mb * b);
+          if (stage < p - 1)
+            GPB_NCCL_CHECK(ncclSend(engine.hidden(), token_elems, type, stage + 1, comm.get(), s2));
+          if (keep_logits && stage == p - 1)
+            GPB_CUDA_CHECK(cudaMemcpyAsync(logits.as<unsigned char>() + mb * logit_bytes,
+                                           engine.logits(), logit_bytes, cudaMemcpyDeviceToDevice,
+                                           s2));
+        }
+      };
+      decode_step(st, true);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      double dworst = 0;
+      if (stage == p - 1)
+        for (int mb = 0; mb < m; ++mb) {
+          const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
+                                                 logit_elems, dtype);
+          dworst = std::max(
+              dworst,
+              model::relative_l2(got, reference.at(std::make_tuple(seqs, s.seq_len + 1, mb))));
+        }
+      o.decode_check_error = group.all_gather(self.rank, dworst)[static_cast<std::size_t>(p - 1)];
+      if (!(o.decode_check_error <= kCheckLimit)) {
+        o.status = "failed";
+        o.note = fmt::format(
+            "pipeline decode logits differ from the whole model's: relative "
+            "error {:.3g} (limit {})",
+            o.decode_check_error, kCheckLimit);
+      } else if (o.status == "ok") {
+        o.decode = group.measure(
+            self, [&](cudaStream_t s2, int) { decode_step(s2, false); }, step_mo);
+      }
       if (self.rank == 0) out.push_back(o);
       group.barrier();  // every stage done with its engine before the next microbatch size
     }

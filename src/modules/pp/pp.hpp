@@ -211,6 +211,10 @@ struct InferenceOutcome {
   double transfer_bytes = 0;  // one microbatch's hidden states, each hop
   double check_error = 0;     // the last stage's logits against the whole model's
   std::uint64_t memory_per_gpu = 0;  // rank 0's engine
+  // Decode after the prefill: one token for every sequence at context seq_len, microbatch by
+  // microbatch through the stages (each microbatch's own KV cache rows).
+  Measurement decode;
+  double decode_check_error = 0;
 };
 // The whole model's logits per (sequences, seq_len, microbatch), made once on the first GPU.
 using ReferenceLogits =

@@ -189,8 +189,9 @@ class PpModule final : public ResolvingModule<Options, Settings> {
   void record_inference(Report& report, const Settings& s, const InferenceOutcome& o,
                         const std::map<int, std::vector<InferenceOutcome>>& all) {
     CaseResult r;
-    r.group = fmt::format("Inference: {} {} prefill, {} layers, batch {} x {} tokens", s.model.name,
-                          s.dtype, s.layers, s.batch, s.seq_len);
+    r.group =
+        fmt::format("Inference: {} {} prefill and one decode step, {} layers, batch {} x {} tokens",
+                    s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
     if (!begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note)) {
       report.add(std::move(r));
       return;
@@ -209,8 +210,16 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       r.metric("transfer", ms(o.transfer_s), "ms");
       r.metric("transfer_MB", o.transfer_bytes / 1e6, "MB");
     }
+    if (o.decode.median_s() > 0) {
+      // One decode step: a token for every sequence, every microbatch through every stage.
+      r.metric("decode", ms(o.decode.median_s()), "ms");
+      r.metric("decode_tokens_per_s", s.batch / o.decode.median_s(), "tok/s");
+      if (const InferenceOutcome* one = one_gpu(all); one && one->decode.median_s() > 0)
+        r.metric("decode_speedup", one->decode.median_s() / o.decode.median_s(), "x");
+    }
     r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
     if (o.p > 1) r.metric("check_error", o.check_error, "rel");
+    if (o.p > 1) r.metric("decode_check_error", o.decode_check_error, "rel");
     r.stats = o.step.stats;
     report.add(std::move(r));
     if (o.p > 1)
