@@ -57,7 +57,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--workload", opts_.workload, "inference, training or both (default both)");
     app.add_option("--transfers", opts_.transfers,
                    "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
-                   "ordered by flags in GPU memory, no SMs; one process with peer access)")
+                   "ordered by flags in GPU memory, no SMs; one process with peer access, 2 stages)")
         ->capture_default_str();
     app.add_option("--layouts", opts_.layouts,
                    "Parallel layouts of the inference workload over all the GPUs, e.g. "

@@ -520,8 +520,12 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   }
   // --transfers copy-engine: peer copies between the stages' rings, ordered by flags in GPU
   // memory (no SMs, no host waits); one process with peer access between all the GPUs only.
-  const bool ce = s.transfers == "copy-engine" && p > 1 && peers_all;
-  if (s.transfers == "copy-engine" && p > 1 && !ce)
+  // Two stages only for now: 4 stages stalled on a 4-GPU H200 machine (see METHODOLOGY).
+  const bool ce = s.transfers == "copy-engine" && p == 2 && peers_all;
+  if (s.transfers == "copy-engine" && p > 2)
+    spdlog::warn("pp: --transfers copy-engine runs 2 stages only for now; {} stages run over NCCL",
+                 p);
+  else if (s.transfers == "copy-engine" && p > 1 && !ce)
     spdlog::warn(
         "pp: --transfers copy-engine needs one process and peer access between all "
         "the GPUs; running over NCCL");
@@ -585,6 +589,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       }
       TrainStage ts(s, self.device, first, count, stage == 0, stage == p - 1, seqs);
       ts.build(m, st);
+      spdlog::debug("pp: stage {}, m {}: stage built", stage, m);
       const std::vector<Op> order = stage_order(sch, p, m, v, stage);
       const std::int64_t R = ts.rows(), H = s.model.hidden_size;
       const std::size_t hb = ts.transfer_bytes();
@@ -612,7 +617,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       std::uint32_t f_sent = 0, f_got = 0, b_sent = 0, b_got = 0;
       const int prev = (stage + p - 1) % p, next = (stage + 1) % p;
       if (ce) {
-        GPB_CUDA_CHECK(cudaMemset(flags.get(), 0, flags.bytes()));
+        // On the rank's own stream: the legacy stream would also wait for NCCL's streams.
+        GPB_CUDA_CHECK(cudaMemsetAsync(flags.get(), 0, flags.bytes(), st));
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        spdlog::debug("pp: stage {}, m {}: copy-engine flags ready", stage, m);
         CePeer& me = ce_peers[static_cast<std::size_t>(stage)];
         for (int k = 0; k < kRing; ++k) {
           me.frecv[static_cast<std::size_t>(k)] = frecv.buf[static_cast<std::size_t>(k)].get();
@@ -621,6 +629,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         me.flags = my_flags;
         me.device = self.device;
         group.barrier();  // every stage's rings and flags published before any step
+        spdlog::debug("pp: stage {}, m {}: copy-engine peers published", stage, m);
       }
       // The transfers' streams are high-priority: their NCCL kernels get SMs as soon as some
       // free up, instead of queueing behind the next operation's GEMM blocks.
@@ -726,6 +735,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         r.free[S].record(side);
         r.last = slot;
       };
+      bool over_ce = ce;  // this step's transfers: the copy engines, or NCCL
       auto step = [&](cudaStream_t cs, bool mark, bool check) {
         std::vector<bool> seen(static_cast<std::size_t>(v), false);  // first backward per chunk
         const Op* last_b = nullptr;
@@ -744,7 +754,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           unsigned char* slab = op.forward ? ts.allocate(op.chunk, cs) : slabs[slot_id];
           if (op.forward) slabs[slot_id] = slab;
           const int in_slot = !receives ? -1
-                              : ce      ? ce_post_recv(in)
+                              : over_ce ? ce_post_recv(in)
                                    : post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
                                                op.forward ? s_frecv.get() : s_brecv.get(), mark, i);
           rec(mark, i, 0, cs);
@@ -754,7 +764,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           void* grad = op.forward ? nullptr
                                   : (sends ? bwork.buf[static_cast<std::size_t>(out_slot)].get()
                                            : bfirst.get());
-          if (in_slot >= 0 && ce)
+          if (in_slot >= 0 && over_ce)
             ce_take(in, in_slot, op.forward ? ts.input_of(slab) : grad, op.forward, cs, mark, i);
           else if (in_slot >= 0)
             take(in, in_slot, op.forward ? ts.input_of(slab) : grad, cs, mark, i);
@@ -773,7 +783,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             slabs[slot_id] = nullptr;
           }
           rec(mark, i, 2, cs);
-          if (sends && ce)
+          if (sends && over_ce)
             ce_post_send(outr, out_slot, op.forward, cs, op.forward ? s_fsend.get() : s_bsend.get(),
                          mark, i);
           else if (sends)
@@ -785,11 +795,30 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           stream_wait(cs, side->get(), join);
       };
 
+      if (ce) {
+        // A first step over NCCL. Kernels load on first launch, and loading one may wait for
+        // the whole GPU: over the copy engines that GPU may be waiting on a flag that only the
+        // other stage's next peer copy raises, while that stage's thread waits on this one's
+        // context, a deadlock (seen on 2 H200s). Over NCCL the step also builds the attention
+        // plans. Then the rings start again from their first buffer on both sides.
+        over_ce = false;
+        step(st, false, false);
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        group.barrier();  // every stage done with its rings before the copy engines fill them
+        for (Ring* r : {&frecv, &fsend, &brecv, &bwork}) {
+          r->next = 0;
+          r->last = -1;
+        }
+        over_ce = true;
+      }
+
       // Checked once: the qkv gradient GEMMs of the stage's last backward against a reference,
       // the weight gradients finite, and the last transfer each way equal on both sides.
       GPB_CUDA_CHECK(cudaMemsetAsync(tally.get(), 0, sizeof(GemmCheckTally), st));
       step(st, false, true);
+      spdlog::debug("pp: stage {}, m {}: check step queued", stage, m);
       GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      spdlog::debug("pp: stage {}, m {}: check step done", stage, m);
       GemmCheckTally t{};
       GPB_CUDA_CHECK(cudaMemcpy(&t, tally.get(), sizeof t, cudaMemcpyDeviceToHost));
       float ratio = 0;
@@ -836,6 +865,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       if (o.status == "ok")
         o.step = group.measure(
             self, [&](cudaStream_t s2, int) { step(s2, false, false); }, mo);
+      spdlog::debug("pp: stage {}, m {}: timed ({} steps)", stage, m, o.step.samples.size());
 
       // One more step with events: the timeline, the transfers, the activation peak.
       marks.clear();
