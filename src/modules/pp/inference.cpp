@@ -157,17 +157,24 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
         }
       };
 
+      // The last stage's logits of every microbatch against the whole model's (reference key:
+      // the sequence length they follow); 0 on the other stages.
+      auto worst_error = [&](std::int64_t key_len) {
+        double worst = 0;
+        if (stage == p - 1)
+          for (int mb = 0; mb < m; ++mb) {
+            const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
+                                                   logit_elems, dtype);
+            worst = std::max(worst, model::relative_l2(
+                                        got, reference.at(std::make_tuple(seqs, key_len, mb))));
+          }
+        return worst;
+      };
+
       // Checked once.
       step(st, true, false);
       GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-      double worst = 0;
-      if (stage == p - 1)
-        for (int mb = 0; mb < m; ++mb) {
-          const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
-                                                 logit_elems, dtype);
-          worst = std::max(
-              worst, model::relative_l2(got, reference.at(std::make_tuple(seqs, s.seq_len, mb))));
-        }
+      const double worst = worst_error(s.seq_len);
       o.check_error = group.all_gather(self.rank, worst)[static_cast<std::size_t>(p - 1)];
       if (!(o.check_error <= kCheckLimit)) {
         o.status = "failed";
@@ -244,15 +251,7 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       };
       decode_step(st, true);
       GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-      double dworst = 0;
-      if (stage == p - 1)
-        for (int mb = 0; mb < m; ++mb) {
-          const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
-                                                 logit_elems, dtype);
-          dworst = std::max(
-              dworst,
-              model::relative_l2(got, reference.at(std::make_tuple(seqs, s.seq_len + 1, mb))));
-        }
+      const double dworst = worst_error(s.seq_len + 1);
       o.decode_check_error = group.all_gather(self.rank, dworst)[static_cast<std::size_t>(p - 1)];
       if (!(o.decode_check_error <= kCheckLimit)) {
         o.status = "failed";
