@@ -2,14 +2,14 @@
 # Runs the pipeline-parallel GPU tests and the `gpubench pp` reference runs on a machine with 2 or
 # more GPUs and packs them. Usage: scripts/reference_pp.sh OUT_DIR [MACHINE_NAME]
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_PP_STEPS picks the steps, default
-# "tests full interleaved layouts mpi quick"; "mpi" needs mpirun).
+# "tests full interleaved copy layouts mpi quick"; "mpi" needs mpirun).
 set -uo pipefail
 out=${1:?usage: scripts/reference_pp.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
 export NCCL_NVLS_ENABLE=0
 build=${GPUBENCH_BUILD_DIR:-build}
 bin=$PWD/$build/gpubench
-steps=${GPUBENCH_PP_STEPS:-tests full interleaved layouts mpi quick}
+steps=${GPUBENCH_PP_STEPS:-tests full interleaved copy layouts mpi quick}
 work=$(mktemp -d)/$machine
 mkdir -p "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
@@ -25,6 +25,10 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 # Interleaved 1F1B (2 chunks a stage) on every GPU, microbatches that are multiples of it.
 has interleaved && timed pp_interleaved 400 "$bin" pp --pp "$ngpu" --workload training \
   --schedule interleaved --microbatches "$ngpu,$((2 * ngpu)),16" --output-dir "$work/pp_interleaved"
+# Training's transfers over the copy engines (2 stages: what gpubench runs them on), every
+# schedule.
+has copy && timed pp_copy_engine 400 "$bin" pp --pp 2 --workload training --transfers copy-engine \
+  --schedule gpipe,1f1b,interleaved --microbatches 4,8,16 --output-dir "$work/pp_copy_engine"
 # Every layout of the GPUs, one prompt and 16.
 has layouts && timed pp_layouts 400 "$bin" pp --workload inference --microbatches 8,16 \
   --layouts all --output-dir "$work/pp_layouts"
@@ -35,7 +39,7 @@ has mpi && command -v mpirun >/dev/null && timed pp_mpi 200 mpirun --allow-run-a
 has quick && timed pp_quick 200 "$bin" pp --quick --output-dir "$work/pp_quick"
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
-for f in pp_full pp_interleaved pp_layouts pp_quick; do
+for f in pp_full pp_interleaved pp_copy_engine pp_layouts pp_quick; do
   [ -f "$work/$f.log" ] && grep -A8 "^Headline" "$work/$f.log" | head -10
 done
 grep -h "PASSED\|FAILED\|SKIPPED" "$work"/gpu_test_*.log 2>/dev/null
