@@ -15,6 +15,7 @@
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
+#include "gpubench/core/watchdog.hpp"
 
 #ifdef GPUBENCH_HAVE_MPI
 #include <mpi.h>
@@ -182,16 +183,19 @@ void RankGroup::barrier() {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {
     MPI_Barrier(impl_->comm);
+    note_progress();
     return;
   }
 #endif
   impl_->barrier();
+  note_progress();  // every rank got here
 }
 
 void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {
     MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, impl_->comm);
+    note_progress();
     return;
   }
 #endif
@@ -202,6 +206,7 @@ void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
   impl_->barrier();  // the root has staged the bytes
   if (rank != root) std::memcpy(data, impl_->shared_bytes.data(), bytes);
   impl_->barrier();  // everyone has copied before the staging is reused
+  note_progress();
 }
 
 std::vector<double> RankGroup::all_gather(int rank, double value) {
@@ -209,6 +214,7 @@ std::vector<double> RankGroup::all_gather(int rank, double value) {
   if (impl_->mpi) {
     std::vector<double> out(static_cast<std::size_t>(impl_->mpi_size));
     MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, impl_->comm);
+    note_progress();
     return out;
   }
 #endif
@@ -218,6 +224,7 @@ std::vector<double> RankGroup::all_gather(int rank, double value) {
   impl_->barrier();  // rank 0 has copied
   std::vector<double> out = impl_->gathered;
   impl_->barrier();  // everyone has read before slots are reused
+  note_progress();
   return out;
 }
 

@@ -120,6 +120,7 @@ TEST(Cli, PpBadInput) {
   expect_bad_input(run("pp --schedule zigzag"), "--schedule");
   expect_bad_input(run("pp --pp 2 --schedule interleaved --chunks 3"), "--chunks");
   expect_bad_input(run("pp --workload sideways"), "--workload: 'sideways'");
+  expect_bad_input(run("pp --timeout 0"), "--timeout must be greater than 0 seconds");
   expect_bad_input(run("pp --model no-such-model"), "no-such-model");
 }
 

@@ -99,6 +99,14 @@ TEST(PpSettings, BadInput) {
   EXPECT_EQ(resolve_settings(o, false, 4).transfers, "copy-engine");
   o.transfers = "pigeon";
   EXPECT_EQ(err(o), "--transfers: 'pigeon' is not nccl or copy-engine");
+  // --timeout
+  o = Options{};
+  EXPECT_EQ(resolve_settings(o, false, 4).timeout_s, 600);
+  EXPECT_EQ(resolve_settings(o, false, 4).to_json()["timeout_s"], 600);
+  o.timeout = 0;
+  EXPECT_EQ(err(o), "--timeout must be greater than 0 seconds");
+  o.timeout = -5;
+  EXPECT_EQ(err(o), "--timeout must be greater than 0 seconds");
   // --workload
   o = Options{};
   o.workload = "training";

@@ -43,6 +43,7 @@ struct Options {
   std::string workload;         // inference, training or both (default both)
   std::string layout_batches;   // the layouts' batch sizes (default 1 and --batch)
   std::string transfers = "nccl";  // training's stage-to-stage transfers: nccl or copy-engine
+  double timeout = 600;            // seconds without progress before a stuck run is ended
 };
 
 struct Settings {
@@ -59,6 +60,7 @@ struct Settings {
   bool inference = true, training = true;
   std::vector<int> layout_batches;  // ascending, unique
   std::string transfers = "nccl";   // nccl or copy-engine
+  double timeout_s = 600;           // the watchdog's limit (no rank group passing a barrier)
   std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };

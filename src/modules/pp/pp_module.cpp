@@ -15,6 +15,7 @@
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "pp.hpp"
 
 namespace gpubench {
@@ -59,6 +60,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
                    "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
                    "ordered by flags in GPU memory, no SMs; one process with peer access, 2 stages)")
         ->capture_default_str();
+    app.add_option("--timeout", opts_.timeout,
+                   "Seconds without progress (every stage past a barrier) before gpubench ends "
+                   "a stuck run (one process): one line on stderr, exit 1, no report")
+        ->capture_default_str();
     app.add_option("--layouts", opts_.layouts,
                    "Parallel layouts of the inference workload over all the GPUs, e.g. "
                    "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4, or all");
@@ -91,6 +96,12 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     std::vector<int> degrees = s.pp;
     if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end())
       degrees.insert(degrees.begin(), 1);  // one GPU: what speed-ups are against
+    // A stage blocked inside the driver or NCCL (a GPU waiting on another that never comes)
+    // cannot be reached by an exception: the watchdog ends such a run instead of a hang. One
+    // process only: under mpirun a process outside the stages waits at a barrier for as long
+    // as they run, which is no sign of a hang.
+    std::optional<Watchdog> watchdog;
+    if (!proc.mpi) watchdog.emplace("pp", s.timeout_s);
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
     report.extra["process_model"] = proc.mpi

@@ -35,6 +35,8 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   s.dtype = model::engine_dtype(o.dtype);
   s.layers = model::engine_layers(s.model, o.layers);
   if (quick && o.layers == 0) s.layers = std::min(s.layers, 8);
+  if (!(o.timeout > 0)) throw InputError("--timeout must be greater than 0 seconds");
+  s.timeout_s = o.timeout;
   s.transfers = lower(trim(o.transfers));
   if (s.transfers.empty()) s.transfers = "nccl";
   if (s.transfers != "nccl" && s.transfers != "copy-engine")
@@ -147,6 +149,7 @@ nlohmann::ordered_json Settings::to_json() const {
           {"layouts", layouts_text},
           {"layout_batches", layout_batches},
           {"transfers", transfers},
+          {"timeout_s", timeout_s},
           {"dtype", dtype},
           {"workload", inference && training ? "both" : (inference ? "inference" : "training")}};
 }
