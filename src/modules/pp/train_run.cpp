@@ -601,6 +601,12 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         std::array<DeviceBuffer, kRing> buf;
         std::array<Event, kRing> ready, free;
         int next = 0, last = -1;
+        // The slot to use next; the one after it from then on.
+        int advance() {
+          const int slot = next;
+          next = (next + 1) % kRing;
+          return slot;
+        }
       };
       auto make_ring = [&](Ring& r) {
         for (int k = 0; k < kRing; ++k) {
@@ -655,8 +661,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       // free (marks 3 and 4 around it); the slot.
       auto post_recv = [&](Ring& r, NcclComm& comm, int peer, cudaStream_t side, bool mark,
                            std::size_t i) {
-        const int slot = r.next;
-        r.next = (r.next + 1) % kRing;
+        const int slot = r.advance();
         const auto S = static_cast<std::size_t>(slot);
         GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.free[S].get(), 0));
         rec(mark, i, 3, side);
@@ -677,8 +682,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       };
       // The ring's next send buffer, once its last send is done; the slot.
       auto claim = [&](Ring& r, cudaStream_t cs) {
-        const int slot = r.next;
-        r.next = (r.next + 1) % kRing;
+        const int slot = r.advance();
         GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, r.free[static_cast<std::size_t>(slot)].get(), 0));
         return slot;
       };
@@ -700,10 +704,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       // out and tells the sender the slot is free. A send waits until the receiver has freed the
       // slot it will fill (kRing sends back), peer-copies into it and raises the arrival flag.
       auto ce_post_recv = [&](Ring& r) {
-        const int slot = r.next;
-        r.next = (r.next + 1) % kRing;
-        r.last = slot;
-        return slot;
+        r.last = r.advance();
+        return r.last;
       };
       auto ce_take = [&](Ring& r, int slot, void* dst, bool forward, cudaStream_t cs, bool mark,
                          std::size_t i) {
