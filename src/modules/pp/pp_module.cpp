@@ -189,6 +189,13 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     return status == "ok";
   }
 
+  // Speed-up against the one-GPU step and efficiency (speed-up per GPU).
+  static void speedup_metrics(CaseResult& r, double one_gpu_s, double step_s, int gpus) {
+    const double sp = one_gpu_s / step_s;
+    r.metric("speedup", sp, "x");
+    r.metric("efficiency", 100 * sp / gpus, "%");
+  }
+
   static const InferenceOutcome* one_gpu(const std::map<int, std::vector<InferenceOutcome>>& all) {
     const auto it = all.find(1);
     if (it == all.end()) return nullptr;
@@ -210,11 +217,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     const double step = o.step.median_s();
     r.metric("time", ms(step), "ms");
     r.metric("tokens_per_s", s.batch * s.seq_len / step, "tok/s");
-    if (const InferenceOutcome* one = one_gpu(all)) {
-      const double sp = one->step.median_s() / step;
-      r.metric("speedup", sp, "x");
-      r.metric("efficiency", 100 * sp / o.p, "%");
-    }
+    if (const InferenceOutcome* one = one_gpu(all))
+      speedup_metrics(r, one->step.median_s(), step, o.p);
     if (o.p > 1) {
       r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
       r.metric("bubble_theory", 100 * o.bubble_theory, "%");
@@ -279,11 +283,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.metric("step", ms(step), "ms");
     r.metric("tokens_per_s", s.batch * s.seq_len / step, "tok/s");
     r.metric("tflops_per_gpu", o.flops / step / o.p / 1e12, "TFLOP/s");
-    if (const TrainingOutcome* one = one_gpu(all, o.m); one && o.p > 1) {
-      const double sp = one->step.median_s() / step;
-      r.metric("speedup", sp, "x");
-      r.metric("efficiency", 100 * sp / o.p, "%");
-    }
+    if (const TrainingOutcome* one = one_gpu(all, o.m); one && o.p > 1)
+      speedup_metrics(r, one->step.median_s(), step, o.p);
     if (o.p > 1) {
       r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
       r.metric("bubble_theory", 100 * o.bubble_theory, "%");
@@ -346,11 +347,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     const double step = o.step.median_s();
     const double tps = o.batch * s.seq_len / step;
     r.metric("tokens_per_s", tps, "tok/s");
-    if (base.status == "ok" && base.step.median_s() > 0) {
-      const double sp = base.step.median_s() / step;
-      r.metric("speedup", sp, "x");
-      r.metric("efficiency", 100 * sp / o.layout.gpus(), "%");
-    }
+    if (base.status == "ok" && base.step.median_s() > 0)
+      speedup_metrics(r, base.step.median_s(), step, o.layout.gpus());
     r.metric("latency", ms(step), "ms");
     r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
     r.metric("check_error", o.check_error, "rel");
