@@ -82,6 +82,12 @@ TEST(PpPipeline, InferenceEqualsTheWholeModel) {
       // Decode after the prefill, each microbatch over its own cache rows.
       EXPECT_LE(r.decode_check_error, 0.05) << what;
       EXPECT_GT(r.decode.median_s(), 0.0) << what;
+      // Stages balanced by times measured on the GPU: a layer and the head cost something,
+      // and every layer is placed.
+      EXPECT_TRUE(r.balance.measured) << what;
+      EXPECT_GT(r.balance.layer, 0.0) << what;
+      EXPECT_GT(r.balance.head, 0.0) << what;
+      EXPECT_EQ(r.stage_layers, stages_from_costs(r.balance, s.layers, p)) << what;
     }
     // More microbatches, a smaller bubble (theory: (p-1)/p at m 1, (p-1)/(p+3) at m 4).
     EXPECT_LT(outcomes[1].timeline.bubble, outcomes[0].timeline.bubble) << "p " << p;
@@ -114,13 +120,19 @@ TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
     // The copy engines first: on a GPU where no kernel of these shapes has loaded yet.
     for (const Settings* run : std::initializer_list<const Settings*>{&ce, &s})
       for (Schedule sch : s.schedules) {
-        if (run == &ce && p != 2) continue;  // the copy engines carry 2 stages only
+        if (run == &ce && p == 1) continue;
         const auto outcomes = run_training(ctx, *run, p, sch, group);
         ASSERT_EQ(outcomes.size(), s.microbatches.size()) << "p " << p;
         for (const TrainingOutcome& r : outcomes) {
           const std::string what =
               fmt::format("p {} {} m {} over {}", p, to_string(sch), r.m, r.transport);
           if (run == &ce) EXPECT_EQ(r.transport, "copy-engine") << what;
+          if (p > 1 && sch != Schedule::Interleaved) {
+            EXPECT_TRUE(r.balance.measured) << what;
+            EXPECT_GT(r.balance.layer, 0.0) << what;
+            EXPECT_GT(r.balance.head, 0.0) << what;
+            EXPECT_EQ(r.stage_layers, stages_from_costs(r.balance, s.layers, p)) << what;
+          }
           EXPECT_EQ(r.status, "ok") << what << ": " << r.note;
           EXPECT_GT(r.step.median_s(), 0.0) << what;
           const int v = sch == Schedule::Interleaved ? s.chunks : 1;

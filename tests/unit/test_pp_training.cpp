@@ -145,3 +145,48 @@ TEST(PpTraining, TrainingStageLayers) {
   const Settings s = resolve_settings(o, false, 4);
   EXPECT_EQ(training_stage_layers(s, 2, Schedule::GPipe), (std::vector<int>{8, 4}));
 }
+
+// Stages from costs: the embedding and the head weigh on the first and last stage as extra
+// layers' worth; a measured split says so in its description, a FLOP split gives the head's
+// share of a layer.
+TEST(PpStages, StagesFromCosts) {
+  StageCosts c;
+  c.layer = 2e-3;
+  EXPECT_EQ(stages_from_costs(c, 12, 3), (std::vector<int>{4, 4, 4}));
+  c.head = 8e-3;  // 4 layers' worth on the last stage
+  EXPECT_EQ(stages_from_costs(c, 12, 2), (std::vector<int>{8, 4}));
+  c.embed = 8e-3;  // and as much on the first: equal again
+  EXPECT_EQ(stages_from_costs(c, 12, 2), (std::vector<int>{6, 6}));
+  // Noise that makes a part negative counts as nothing; a layer of no cost as one unit.
+  c.head = -1e-3;
+  c.embed = 0;
+  EXPECT_EQ(stages_from_costs(c, 12, 2), (std::vector<int>{6, 6}));
+  c.layer = 0;
+  EXPECT_EQ(stages_from_costs(c, 8, 4), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_THROW(stages_from_costs(c, 3, 4), InputError);
+
+  c = StageCosts{2.1e-3, 1e-5, 1.3e-3, true};
+  EXPECT_EQ(c.describe(),
+            "measured: layer 2.100 ms, embedding 0.010 ms, head 1.300 ms (one sequence)");
+  c = StageCosts{2.0, 0.0, 1.3, false};
+  EXPECT_EQ(c.describe(), "by FLOPs: head 0.65 of a layer");
+}
+
+// The FLOP costs are what the FLOP-based splits use: the same layers per stage either way.
+TEST(PpStages, FlopCostsGiveTheFlopSplits) {
+  Options o;
+  o.model = "opt-125m";
+  o.pp = "2";
+  const Settings s = resolve_settings(o, false, 4);
+  const StageCosts t = training_flop_costs(s);
+  EXPECT_FALSE(t.measured);
+  EXPECT_GT(t.layer, 0);
+  EXPECT_NEAR(t.head / t.layer, 4.8, 0.2);  // opt-125m's LM head, as above
+  EXPECT_EQ(training_stage_layers(s, 2, Schedule::GPipe, t), (std::vector<int>{8, 4}));
+  EXPECT_EQ(stages_from_costs(inference_flop_costs(s), s.layers, 2), inference_stage_layers(s, 2));
+  // Interleaved ignores the costs: equal chunks.
+  Options oi;
+  oi.pp = "2";
+  const Settings si = resolve_settings(oi, false, 4);
+  EXPECT_EQ(training_stage_layers(si, 2, Schedule::Interleaved, t), (std::vector<int>{16, 16}));
+}

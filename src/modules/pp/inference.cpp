@@ -2,14 +2,17 @@
 // stages (one GPU and one thread each, or one process each under MPI), stage to stage over NCCL
 // send/recv. Not registered yet: it has not run on GPUs.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <memory>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/stats.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
@@ -40,17 +43,54 @@ model::EngineOptions engine_options(const Settings& s, std::int64_t sequences) {
 
 }  // namespace
 
-std::vector<int> inference_stage_layers(const Settings& s, int p) {
+StageCosts inference_flop_costs(const Settings& s) {
   // Every decoder layer costs the same; the last stage also runs the final norm and the LM head
   // (for the last position of each sequence), the first the embedding (a lookup: nothing).
   const model::ModelCost cost =
       model::model_cost(s.model, model::Phase::Prefill, 1, s.seq_len, 0, 2);
-  double head = 0;
-  for (const auto& op : cost.outside_layers) head += op.flops;
-  const std::vector<double> layer(
-      static_cast<std::size_t>(s.layers),
-      cost.total.flops > 0 ? (cost.total.flops - head) / cost.num_layers : 1.0);
-  return balance_stages(layer, p, 0.0, head);
+  StageCosts c;
+  for (const auto& op : cost.outside_layers) c.head += op.flops;
+  c.layer = cost.total.flops > 0 ? (cost.total.flops - c.head) / cost.num_layers : 1.0;
+  return c;
+}
+
+std::vector<int> inference_stage_layers(const Settings& s, int p) {
+  return stages_from_costs(inference_flop_costs(s), s.layers, p);
+}
+
+StageCosts measure_inference_costs(const Settings& s, int device, cudaStream_t stream) {
+  constexpr int kRuns = 5;
+  model::EngineOptions eo = engine_options(s, 1);
+  eo.layers = std::min(2, s.layers);
+  model::Transformer engine(s.model, eo, device);
+  const int n = static_cast<int>(s.seq_len);
+  const std::int32_t* ids = engine.tokens(1, n, kTokenSeed, stream);
+  engine.prefill(ids, 1, n, stream);  // warm: plans and kernels
+  model::OpSpans spans(device);
+  std::vector<double> layer, embed, head;
+  for (int r = 0; r < kRuns; ++r) {
+    engine.set_observer(&spans);
+    engine.prefill(ids, 1, n, stream);
+    engine.set_observer(nullptr);
+    double l = 0, e = 0, h = 0;
+    for (const model::OpSpan& sp : spans.collect()) {
+      if (sp.layer >= 0)
+        l += sp.seconds;
+      else if (sp.op == "embedding")
+        e += sp.seconds;
+      else
+        h += sp.seconds;  // final norm and LM head
+    }
+    layer.push_back(l / eo.layers);
+    embed.push_back(e);
+    head.push_back(h);
+  }
+  StageCosts c;
+  c.layer = compute_stats(layer).median;
+  c.embed = compute_stats(embed).median;
+  c.head = compute_stats(head).median;
+  c.measured = true;
+  return c;
 }
 
 std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int p,
@@ -58,7 +98,6 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
   if (group.size() != p)
     throw InputError(fmt::format("--pp: {} ranks for {} stages", group.size(), p));
   const ActDtype dtype = dtype_of(s);
-  const std::vector<int> layers = inference_stage_layers(s, p);
   const MeasureOptions step_mo = model::engine_step_options(ctx);
   const std::int64_t H = s.model.hidden_size;
   std::vector<InferenceOutcome> out;
@@ -74,6 +113,19 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       comm = NcclComm(id, p, self.rank);
     }
     const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+    // Stages balanced by measured time: rank 0 times a layer, the embedding and the head on its
+    // GPU, and every rank splits the model by those same figures.
+    std::array<double, 3> measured{};
+    if (p > 1 && self.rank == 0) {
+      const StageCosts c = measure_inference_costs(s, self.device, st);
+      measured = {c.layer, c.embed, c.head};
+    }
+    if (p > 1) group.broadcast(self.rank, measured.data(), sizeof measured);
+    StageCosts balance = inference_flop_costs(s);
+    if (p > 1) balance = StageCosts{measured[0], measured[1], measured[2], true};
+    const std::vector<int> layers = stages_from_costs(balance, s.layers, p);
+    if (self.rank == 0 && p > 1)
+      spdlog::info("pp: inference stages {} by {}", fmt::join(layers, "/"), balance.describe());
     int first_layer = 0;
     for (int j = 0; j < stage; ++j) first_layer += layers[static_cast<std::size_t>(j)];
 
@@ -86,6 +138,7 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       o.m = m;
       o.micro_sequences = seqs;
       o.stage_layers = layers;
+      o.balance = balance;
       o.transfer_bytes = static_cast<double>(seqs * s.seq_len * H * act_bytes(dtype));
       if (self.rank == 0)
         spdlog::info("pp: {} stages, {} microbatches of {} sequences", p, m, seqs);

@@ -49,6 +49,20 @@ std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, doubl
   return layers;
 }
 
+std::string StageCosts::describe() const {
+  if (measured)
+    return fmt::format("measured: layer {:.3f} ms, embedding {:.3f} ms, head {:.3f} ms (one sequence)",
+                       layer * 1e3, embed * 1e3, head * 1e3);
+  return fmt::format("by FLOPs: head {:.2f} of a layer", layer > 0 ? head / layer : 0.0);
+}
+
+std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p) {
+  // A layer that costs nothing (a measurement lost in noise) would let any split tie.
+  const double layer = c.layer > 0 ? c.layer : 1.0;
+  return balance_stages(std::vector<double>(static_cast<std::size_t>(std::max(layers, 0)), layer),
+                        p, std::max(c.embed, 0.0), std::max(c.head, 0.0));
+}
+
 std::string Layout::name() const {
   std::vector<std::string> parts;
   if (tp > 1) parts.push_back(fmt::format("tp={}", tp));

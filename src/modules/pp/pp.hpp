@@ -151,6 +151,20 @@ Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
 std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, double first_extra_s,
                                 double last_extra_s);
 
+// What the parts of a stage cost for one sequence of seq_len tokens: a decoder layer, the
+// embedding (on the first stage) and the final norm and LM head (on the last). Inference: a
+// prefill; training: a forward and a backward. Seconds when measured on a GPU, else FLOPs.
+struct StageCosts {
+  double layer = 0, embed = 0, head = 0;
+  bool measured = false;
+  // "measured: layer 2.100 ms, embedding 0.010 ms, head 1.300 ms (one sequence)", or "by FLOPs:
+  // head 0.65 of a layer".
+  std::string describe() const;
+};
+// Layers per stage: balance_stages over `layers` layers of c.layer each, c.embed on the first
+// stage and c.head on the last.
+std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p);
+
 // ---------------------------------------------------------------------------------------------
 // A training stage's work (training.cpp): what the GPU runner will run for one microbatch and
 // what its measurements are compared with
@@ -199,6 +213,12 @@ std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight);
 // Decoder layers per stage for inference: balance_stages over equal layers, the final norm and
 // LM head (last positions) on the last stage.
 std::vector<int> inference_stage_layers(const Settings& s, int p);
+// The FLOPs behind it: a layer's prefill of one sequence, the final norm and the LM head for its
+// last position, no embedding (a lookup).
+StageCosts inference_flop_costs(const Settings& s);
+// The same parts timed on `device` (CUDA events around every operation of a 2-layer engine's
+// prefill of one sequence, the median of 5): what run_inference balances its stages by.
+StageCosts measure_inference_costs(const Settings& s, int device, cudaStream_t stream);
 
 // One measured pipeline: s.batch prompts of s.seq_len tokens in m microbatches over p stages.
 struct InferenceOutcome {
@@ -217,6 +237,7 @@ struct InferenceOutcome {
   // microbatch through the stages (each microbatch's own KV cache rows).
   Measurement decode;
   double decode_check_error = 0;
+  StageCosts balance;  // what the stages were balanced by
 };
 // The whole model's logits per (sequences, seq_len, microbatch), made once on the first GPU.
 using ReferenceLogits =
@@ -237,6 +258,16 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
 // Decoder layers per stage for training: balance_stages over equal layers, the LM head's
 // forward and backward on the last stage; interleaved: layers / p each (v equal chunks).
 std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch);
+// The same over given costs (interleaved still takes layers / p each).
+std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch,
+                                       const StageCosts& costs);
+// A layer's forward and backward FLOPs for one sequence, the LM head's (over every position),
+// no embedding.
+StageCosts training_flop_costs(const Settings& s);
+// The same parts timed on `device`: the forward and backward of one sequence through training
+// stages of embedding + 1 layer, embedding + 1 layer + head and embedding + 2 layers + head
+// (medians of 5), the parts their differences: what run_training balances its stages by.
+StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t stream);
 
 // One measured training step: s.batch sequences of s.seq_len tokens in m microbatches over p
 // stages in the order `schedule` gives each stage.
@@ -244,6 +275,7 @@ struct TrainingOutcome {
   Schedule schedule = Schedule::OneFOneB;
   int p = 1, m = 1, v = 1;
   std::string transport = "nccl";  // what carried the stage-to-stage transfers
+  StageCosts balance;               // what the stages were balanced by
   std::int64_t micro_sequences = 0;
   std::vector<int> stage_layers;
   std::string status = "ok", note;

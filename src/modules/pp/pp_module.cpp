@@ -196,6 +196,27 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.metric("efficiency", 100 * sp / gpus, "%");
   }
 
+  // What the stages of a pipeline were balanced by, once per workload, stage count and
+  // schedule, into the report's extra data.
+  static void note_balance(Report& report, const std::string& workload, int p,
+                           const std::string& schedule, const std::vector<int>& stage_layers,
+                           const StageCosts& c) {
+    if (p < 2) return;
+    nlohmann::ordered_json& all = report.extra["stage_balance"];
+    if (!all.is_array()) all = nlohmann::ordered_json::array();
+    for (const auto& e : all)
+      if (e["workload"] == workload && e["pp"] == p && e["schedule"] == schedule) return;
+    all.push_back({{"workload", workload},
+                   {"pp", p},
+                   {"schedule", schedule},
+                   {"stage_layers", stage_layers},
+                   {"measured", c.measured},
+                   {"layer_s", c.layer},
+                   {"embedding_s", c.embed},
+                   {"head_s", c.head},
+                   {"by", c.describe()}});
+  }
+
   static const InferenceOutcome* one_gpu(const std::map<int, std::vector<InferenceOutcome>>& all) {
     const auto it = all.find(1);
     if (it == all.end()) return nullptr;
@@ -210,6 +231,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.group =
         fmt::format("Inference: {} {} prefill and one decode step, {} layers, batch {} x {} tokens",
                     s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
+    note_balance(report, "inference", o.p, "", o.stage_layers, o.balance);
     if (!begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note)) {
       report.add(std::move(r));
       return;
@@ -271,6 +293,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.group = fmt::format("Training ({}): {} {}, {} layers, batch {} x {} tokens",
                           o.p == 1 ? "one GPU" : to_string(o.schedule), s.model.name, s.dtype,
                           s.layers, s.batch, s.seq_len);
+    note_balance(report, "training", o.p, to_string(o.schedule), o.stage_layers, o.balance);
     const bool ok = begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note);
     r.params["schedule"] = to_string(o.schedule);
     if (o.p > 1) r.params["transfers"] = o.transport;

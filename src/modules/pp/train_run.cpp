@@ -8,6 +8,7 @@
 // and gradients back over NCCL send/recv, each direction of each stage pair on a communicator
 // and streams of its own, so that a transfer never waits behind the other direction.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <cuda.h>
@@ -24,6 +25,7 @@
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/peers.hpp"
+#include "gpubench/core/stats.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
 #include "pp.hpp"
@@ -484,18 +486,61 @@ class TrainStage {
 
 }  // namespace
 
-std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch) {
+StageCosts training_flop_costs(const Settings& s) {
+  const StageWork one = stage_work(s.model, 1, false, 1, s.seq_len, 2);
+  const StageWork with_head = stage_work(s.model, 1, true, 1, s.seq_len, 2);
+  StageCosts c;
+  c.layer = one.forward_flops + one.backward_flops;
+  c.head = with_head.forward_flops + with_head.backward_flops - c.layer;
+  return c;
+}
+
+std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch,
+                                       const StageCosts& costs) {
   if (sch == Schedule::Interleaved) {
     // Every chunk alike: layers / (p x chunks) each (resolve_settings checked that it divides).
     return std::vector<int>(static_cast<std::size_t>(p), s.layers / p);
   }
-  // Equal layers; the LM head's forward and backward on the last stage.
-  const StageWork one = stage_work(s.model, 1, false, 1, s.seq_len, 2);
-  const StageWork with_head = stage_work(s.model, 1, true, 1, s.seq_len, 2);
-  const double layer = one.forward_flops + one.backward_flops;
-  const double head = with_head.forward_flops + with_head.backward_flops - layer;
-  return balance_stages(std::vector<double>(static_cast<std::size_t>(s.layers), layer), p, 0.0,
-                        head);
+  // Equal layers; the embedding on the first stage, the LM head's forward and backward on the
+  // last.
+  return stages_from_costs(costs, s.layers, p);
+}
+
+std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch) {
+  return training_stage_layers(s, p, sch, training_flop_costs(s));
+}
+
+StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t stream) {
+  constexpr int kRuns = 5;
+  const int two = std::min(2, s.layers);
+  // The forward and backward of one sequence through a stage of the embedding, `layers` layers
+  // and (with `head`) the final norm and LM head: the median of kRuns after one to warm up.
+  auto time_stage = [&](int layers, bool head) {
+    TrainStage ts(s, device, {0}, {layers}, true, head, 1);
+    ts.build(1, stream);
+    DeviceBuffer out(device, ts.transfer_bytes()), grad(device, ts.transfer_bytes());
+    GPB_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), stream));
+    Event a(device), b(device);
+    std::vector<double> t;
+    for (int r = 0; r <= kRuns; ++r) {
+      a.record(stream);
+      unsigned char* slab = ts.allocate(0, stream);
+      ts.forward(0, 0, slab, head ? nullptr : out.get(), stream);
+      ts.backward(0, slab, grad.get(), stream, false, nullptr);
+      TrainStage::release(slab, stream);
+      b.record(stream);
+      b.synchronize();
+      if (r > 0) t.push_back(b.seconds_since(a));
+    }
+    return compute_stats(t).median;
+  };
+  const double one = time_stage(1, false), one_head = time_stage(1, true);
+  StageCosts c;
+  c.layer = two > 1 ? (time_stage(two, true) - one_head) : one;
+  c.head = one_head - one;
+  c.embed = two > 1 ? one - c.layer : 0.0;
+  c.measured = true;
+  return c;
 }
 
 std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p, Schedule sch,
@@ -503,7 +548,6 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   if (group.size() != p)
     throw InputError(fmt::format("--pp: {} ranks for {} stages", group.size(), p));
   const int v = sch == Schedule::Interleaved ? s.chunks : 1;
-  const std::vector<int> stage_layers = training_stage_layers(s, p, sch);
   const MeasureOptions mo = model::engine_step_options(ctx);
   const ActDtype dtype = s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16;
   const ncclDataType_t type = nccl_type_of(dtype);
@@ -520,12 +564,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   }
   // --transfers copy-engine: peer copies between the stages' rings, ordered by flags in GPU
   // memory (no SMs, no host waits); one process with peer access between all the GPUs only.
-  // Two stages only for now: 4 stages stalled on a 4-GPU H200 machine (see METHODOLOGY).
-  const bool ce = s.transfers == "copy-engine" && p == 2 && peers_all;
-  if (s.transfers == "copy-engine" && p > 2)
-    spdlog::warn("pp: --transfers copy-engine runs 2 stages only for now; {} stages run over NCCL",
-                 p);
-  else if (s.transfers == "copy-engine" && p > 1 && !ce)
+  const bool ce = s.transfers == "copy-engine" && p > 1 && peers_all;
+  if (s.transfers == "copy-engine" && p > 1 && !ce)
     spdlog::warn(
         "pp: --transfers copy-engine needs one process and peer access between all "
         "the GPUs; running over NCCL");
@@ -535,6 +575,21 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   group.run([&](Rank& self) {
     const int stage = self.rank;
     cudaStream_t st = self.stream->get();
+    // Stages balanced by measured time (not interleaved, whose chunks are equal): rank 0 times
+    // a layer, the embedding and the head on its GPU, and every rank splits by those figures.
+    StageCosts balance = training_flop_costs(s);
+    if (p > 1 && v == 1) {
+      std::array<double, 3> measured{};
+      if (self.rank == 0) {
+        const StageCosts c = measure_training_costs(s, self.device, st);
+        measured = {c.layer, c.embed, c.head};
+      }
+      group.broadcast(self.rank, measured.data(), sizeof measured);
+      balance = StageCosts{measured[0], measured[1], measured[2], true};
+    }
+    const std::vector<int> stage_layers = training_stage_layers(s, p, sch, balance);
+    if (self.rank == 0 && p > 1 && v == 1)
+      spdlog::info("pp: training stages {} by {}", fmt::join(stage_layers, "/"), balance.describe());
     std::vector<ncclUniqueId> ids(static_cast<std::size_t>(2 * edges));
     if (self.rank == 0)
       for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -568,6 +623,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       o.v = v;
       o.micro_sequences = seqs;
       o.stage_layers = stage_layers;
+      o.balance = balance;
       o.bubble_theory = theory_bubble(sch, p, m, v);
       if (self.rank == 0)
         spdlog::info("pp: training, {}, {} stages, {} microbatches of {} sequences", to_string(sch),
@@ -803,8 +859,11 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         // other stage's next peer copy raises, while that stage's thread waits on this one's
         // context, a deadlock (seen on 2 H200s). Over NCCL the step also builds the attention
         // plans. Then the rings start again from their first buffer on both sides.
+        // It is a checked step, as the first copy-engine one will be: the check's buffer and
+        // kernels are allocated and loaded here too.
         over_ce = false;
-        step(st, false, false);
+        GPB_CUDA_CHECK(cudaMemsetAsync(tally.get(), 0, sizeof(GemmCheckTally), st));
+        step(st, false, true);
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         group.barrier();  // every stage done with its rings before the copy engines fill them
         for (Ring* r : {&frecv, &fsend, &brecv, &bwork}) {
