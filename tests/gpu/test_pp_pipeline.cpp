@@ -120,7 +120,7 @@ TEST(PpPipeline, TrainingSchedulesRunAndHoldWhatTheyShould) {
     // The copy engines first: on a GPU where no kernel of these shapes has loaded yet.
     for (const Settings* run : std::initializer_list<const Settings*>{&ce, &s})
       for (Schedule sch : s.schedules) {
-        if (run == &ce && p == 1) continue;
+        if (run == &ce && p != 2) continue;  // the copy engines carry 2 stages only
         const auto outcomes = run_training(ctx, *run, p, sch, group);
         ASSERT_EQ(outcomes.size(), s.microbatches.size()) << "p " << p;
         for (const TrainingOutcome& r : outcomes) {
