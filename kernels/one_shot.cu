@@ -1,0 +1,143 @@
+// The one-shot all-reduce (one_shot.cuh): one block per rank, pushes over NVLink, flags with
+// release/acquire at system scope.
+#include <fmt/format.h>
+
+#include "gpubench/core/errors.hpp"
+#include "one_shot.cuh"
+#include "pdl.cuh"
+
+namespace gpubench {
+
+using namespace transformer_detail;
+
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ void store_release_sys(unsigned int* p, unsigned int v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int load_acquire_sys(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// V elements per access (8: 16 bytes; 1: any size or alignment).
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) one_shot_kernel(T* data, std::int64_t n,
+                                                           OneShotPeers p) {
+  pdl_start();  // data is the previous kernel's output
+  __shared__ unsigned int call;
+  if (threadIdx.x == 0) call = *p.counter + 1;
+  __syncthreads();
+  const unsigned int epoch = call;
+  const int parity = static_cast<int>(epoch & 1u);
+  const int R = p.size;
+  const std::int64_t vecs = n / V;
+  auto slot = [&](int owner, int source) {
+    return reinterpret_cast<T*>(static_cast<unsigned char*>(p.recv[owner]) +
+                                static_cast<std::size_t>(parity * R + source) * p.slot_bytes);
+  };
+
+  // 1. This rank's data into its slot of every peer.
+  for (int j = 0; j < R; ++j) {
+    if (j == p.rank) continue;
+    T* dst = slot(j, p.rank);
+    if constexpr (V == 8) {
+      const uint4* src4 = reinterpret_cast<const uint4*>(data);
+      uint4* dst4 = reinterpret_cast<uint4*>(dst);
+      for (std::int64_t i = threadIdx.x; i < vecs; i += blockDim.x) dst4[i] = src4[i];
+    } else {
+      for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = data[i];
+    }
+  }
+  __syncthreads();
+  // 2. Once all of it is out: this call's flag in every peer.
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int j = 0; j < R; ++j)
+      if (j != p.rank) store_release_sys(p.flags[j] + parity * R + p.rank, epoch);
+  }
+  // 3. Every peer's flag for this call, in this rank's memory.
+  if (static_cast<int>(threadIdx.x) < R && static_cast<int>(threadIdx.x) != p.rank) {
+    const unsigned int* f = p.flags[p.rank] + parity * R + threadIdx.x;
+    const std::uint64_t start = global_ns();
+    while (static_cast<int>(load_acquire_sys(f) - epoch) < 0) {
+      if (global_ns() - start > kOneShotTimeoutNs) {
+        atomicExch(p.error, 1u);
+        break;
+      }
+      __nanosleep(32);
+    }
+  }
+  __syncthreads();
+  // 4. The sum in rank order, rounded once.
+  if constexpr (V == 8) {
+    for (std::int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+      float acc[V] = {};
+      for (int j = 0; j < R; ++j) {
+        float x[V];
+        if (j == p.rank) {
+          load<V>(data + i * V, x);
+        } else {
+          const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(slot(p.rank, j)) + i);
+          load<V>(reinterpret_cast<const T*>(&raw), x);
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] += x[e];
+      }
+      store<V>(data + i * V, acc);
+    }
+  } else {
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float acc = 0;
+      for (int j = 0; j < R; ++j) {
+        const T* src = j == p.rank ? data : slot(p.rank, j);
+        acc += to_float(src[i]);
+      }
+      data[i] = from_float<T>(acc);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *p.counter = epoch;
+}
+
+}  // namespace
+
+std::size_t one_shot_recv_bytes(int size, std::size_t slot_bytes) {
+  return static_cast<std::size_t>(2 * size) * slot_bytes;
+}
+
+std::size_t one_shot_word_bytes(int size) {
+  return static_cast<std::size_t>(2 * size + 2) * sizeof(unsigned int);
+}
+
+void one_shot_all_reduce(void* data, std::int64_t n, const OneShotPeers& peers, ActDtype dtype,
+                         cudaStream_t stream) {
+  if (n <= 0) return;
+  if (peers.size < 1 || peers.size > kOneShotMaxRanks || peers.rank < 0 ||
+      peers.rank >= peers.size)
+    throw GpuError(fmt::format("one-shot all-reduce: rank {} of {} (at most {} ranks)",
+                               peers.rank, peers.size, kOneShotMaxRanks));
+  if (static_cast<std::size_t>(n) * 2 > peers.slot_bytes)
+    throw GpuError(fmt::format("one-shot all-reduce: {} elements do not fit a slot of {} bytes",
+                               n, peers.slot_bytes));
+  const bool vec = n % kVec == 0 && aligned16(data) && peers.slot_bytes % 16 == 0;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto x = static_cast<T*>(data);
+    if (vec)
+      launch_pdl(one_shot_kernel<T, kVec>, 1, kThreads, 0, stream, x, n, peers);
+    else
+      launch_pdl(one_shot_kernel<T, 1>, 1, kThreads, 0, stream, x, n, peers);
+  });
+  GPB_CHECK_LAUNCH();
+}
+
+}  // namespace gpubench
