@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(T* data, std::int64_
       for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = data[i];
     }
   }
+  __threadfence_system();  // this thread's pushes before any flag, at system scope
   __syncthreads();
   // 2. Once all of it is out: this call's flag in every peer.
   if (threadIdx.x == 0) {
-    __threadfence_system();
     for (int j = 0; j < R; ++j)
       if (j != p.rank) store_release_sys(p.flags[j] + parity * R + p.rank, epoch);
   }
