@@ -485,7 +485,9 @@ TEST(TpEngine, OneShotAllReduceSumsExactly) {
     tp::OneShotGroup shots(devices, std::size_t{64} << 10);
     if (!shots.peers_ok()) GTEST_SKIP() << "no peer access between the GPUs";
     constexpr int kCalls = 3, kReplays = 3;
-    const std::vector<std::int64_t> sizes = {4096, 1001};  // packs of 8; any length
+    // Packs of 8 and any length, in 1, 2, 8 and 16 blocks (a slot holds 32768): calls of
+    // different block counts in turn, so the blocks' call counts must stay in step.
+    const std::vector<std::int64_t> sizes = {4096, 1001, 32768, 20003};
     // host[r][b]: rank r's buffer b as the host expects it.
     auto value = [](int r, int b, std::int64_t i, int call) {
       const std::uint64_t h = (static_cast<std::uint64_t>(r) * 1000003u + b * 7919u +
