@@ -133,7 +133,7 @@ TEST(Cli, TpBadInput) {
   expect_bad_input(run("tp --dtype fp8"), "--dtype");
   expect_bad_input(run("tp --collectives mpi"), "--collectives: 'mpi' is not nccl or copy-engine");
   expect_bad_input(run("tp --small-collectives mpi"),
-                   "--small-collectives: 'mpi' is not nccl or one-shot");
+                   "--small-collectives: 'mpi' is not auto, nccl or one-shot");
   expect_bad_input(run("tp --overlap --overlap-chunks 17"), "--overlap-chunks: 17 is outside 1..16");
 }
 

@@ -159,7 +159,7 @@ TEST(TpSettings, BadInputNamesTheOption) {
   EXPECT_EQ(error_of(o), "--collectives: 'mpi' is not nccl or copy-engine");
   o = Options{};
   o.small_collectives = "two-shot";
-  EXPECT_EQ(error_of(o), "--small-collectives: 'two-shot' is not nccl or one-shot");
+  EXPECT_EQ(error_of(o), "--small-collectives: 'two-shot' is not auto, nccl or one-shot");
   o.small_collectives = "one-shot";
   EXPECT_EQ(resolve_settings(o, false, 4).small_collectives, "one-shot");
   o.collectives = " copy-engine ";

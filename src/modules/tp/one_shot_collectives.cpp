@@ -79,24 +79,29 @@ void OneShotTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtype d
 }
 
 std::unique_ptr<OneShotGroup> one_shot_group(const Settings& s, int t, RankGroup& group) {
-  if (t < 2 || s.small_collectives != "one-shot") return nullptr;
+  if (t < 2 || s.small_collectives == "nccl") return nullptr;
+  // Asked for by name, a fallback to NCCL is a warning; under "auto" it is the expected path.
+  const auto level =
+      s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info;
   if (group.is_mpi()) {
     if (process_info().rank == 0)
-      spdlog::warn("tp: --small-collectives one-shot needs the ranks in one process; under {} "
-                   "they run over NCCL",
-                   process_info().launcher);
+      spdlog::log(level,
+                  "tp: one-shot small all-reduces need the ranks in one process; under {} they "
+                  "run over NCCL",
+                  process_info().launcher);
     return nullptr;
   }
   if (t > kOneShotMaxRanks) {
-    spdlog::warn("tp: --small-collectives one-shot takes at most {} ranks; TP={} runs over NCCL",
-                 kOneShotMaxRanks, t);
+    spdlog::log(level, "tp: one-shot small all-reduces take at most {} ranks; TP={} runs over NCCL",
+                kOneShotMaxRanks, t);
     return nullptr;
   }
   auto shots = std::make_unique<OneShotGroup>(group.devices(), OneShotTpCollectives::kMaxBytes);
   if (shots->peers_ok()) return shots;
-  spdlog::warn("tp: GPUs {} lack peer access between some pair; --small-collectives one-shot "
-               "runs over NCCL",
-               fmt::join(group.devices(), ","));
+  spdlog::log(level,
+              "tp: GPUs {} lack peer access between some pair; the small all-reduces run over "
+              "NCCL",
+              fmt::join(group.devices(), ","));
   return nullptr;
 }
 

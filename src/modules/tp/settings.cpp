@@ -153,9 +153,9 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
     throw InputError(fmt::format("--collectives: '{}' is not nccl or copy-engine", o.collectives));
   s.collectives = c;
   const std::string sc = trim(o.small_collectives);
-  if (sc != "nccl" && sc != "one-shot")
-    throw InputError(
-        fmt::format("--small-collectives: '{}' is not nccl or one-shot", o.small_collectives));
+  if (sc != "auto" && sc != "nccl" && sc != "one-shot")
+    throw InputError(fmt::format("--small-collectives: '{}' is not auto, nccl or one-shot",
+                                 o.small_collectives));
   s.small_collectives = sc;
   return s;
 }

@@ -51,7 +51,7 @@ struct Options {
   bool overlap = false;
   int overlap_chunks = 4;
   std::string collectives = "nccl";  // the model run's: nccl or copy-engine
-  std::string small_collectives = "nccl";  // its small all-reduces: nccl or one-shot
+  std::string small_collectives = "auto";  // its small all-reduces: auto, nccl or one-shot
 };
 
 // The two Megatron linear layers the micro-benchmark isolates.
@@ -74,9 +74,10 @@ struct Settings {
   // The model run's collectives: "nccl", or "copy-engine" (CopyEngineTpCollectives: prefill's
   // large messages through the copy engines, the rest through NCCL).
   std::string collectives = "nccl";
-  // Its all-reduces of up to OneShotTpCollectives::kMaxBytes (decode's): "nccl", or "one-shot"
-  // (OneShotTpCollectives: one kernel pushing over NVLink, in the decode graph too).
-  std::string small_collectives = "nccl";
+  // Its all-reduces of up to OneShotTpCollectives::kMaxBytes (decode's): "nccl", "one-shot"
+  // (OneShotTpCollectives: one kernel pushing over NVLink, in the decode graph too), or "auto"
+  // (one-shot where it can run: threads of one process, peer access, at most 8 ranks; else NCCL).
+  std::string small_collectives = "auto";
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
