@@ -132,6 +132,8 @@ TEST(Cli, TpBadInput) {
   expect_bad_input(run("tp --seq-lens 0"), "--seq-lens");
   expect_bad_input(run("tp --dtype fp8"), "--dtype");
   expect_bad_input(run("tp --collectives mpi"), "--collectives: 'mpi' is not nccl or copy-engine");
+  expect_bad_input(run("tp --small-collectives mpi"),
+                   "--small-collectives: 'mpi' is not auto, nccl or one-shot");
   expect_bad_input(run("tp --overlap --overlap-chunks 17"), "--overlap-chunks: 17 is outside 1..16");
 }
 

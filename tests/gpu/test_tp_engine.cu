@@ -401,8 +401,10 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
     std::vector<Outputs> got(static_cast<std::size_t>(t)), overlapped = got, copied = got;
-    std::vector<std::int64_t> copied_count(static_cast<std::size_t>(t));
+    std::vector<std::int64_t> copied_count(static_cast<std::size_t>(t)), shot_count = copied_count;
+    std::vector<Outputs> shot(static_cast<std::size_t>(t));
     tp::CopyEngineGroup copies(devices, std::size_t{1} << 20);
+    tp::OneShotGroup shots(devices, tp::OneShotTpCollectives::kMaxBytes);
     ncclUniqueId id{};
     RankGroup group(devices);
     group.run([&](Rank& self) {
@@ -426,7 +428,23 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
       part_ce.set_collectives(&ce);
       copied[static_cast<std::size_t>(self.rank)] = run_steps(part_ce, self.stream->get(), 1);
       copied_count[static_cast<std::size_t>(self.rank)] = ce.copied();
+      // The all-reduces through the one-shot kernel (the decode graph's too).
+      if (!sp) {
+        tp::OneShotTpCollectives os(shots, self.rank, c);
+        Transformer part_os(m, options(t, self.rank), self.device);
+        part_os.set_collectives(&os);
+        shot[static_cast<std::size_t>(self.rank)] = run_steps(part_os, self.stream->get(), 1);
+        shot_count[static_cast<std::size_t>(self.rank)] = os.one_shot();
+      }
     });
+    for (int r = 0; r < t && !sp && shots.peers_ok(); ++r) {
+      const Outputs& g = shot[static_cast<std::size_t>(r)];
+      const std::string what = "t=" + std::to_string(t) + " one-shot, rank " + std::to_string(r);
+      EXPECT_GT(shot_count[static_cast<std::size_t>(r)], 0) << what;
+      EXPECT_FALSE(shots.timed_out(r)) << what;
+      EXPECT_EQ(mismatches(want1.prefill, g.prefill), 0) << what << ": prefill logits vs TP=1";
+      EXPECT_EQ(mismatches(want1.decode, g.decode), 0) << what << ": decode logits vs TP=1";
+    }
     for (int r = 0; r < t && copies.peers_ok(); ++r) {
       const Outputs& g = copied[static_cast<std::size_t>(r)];
       const std::string what = "t=" + std::to_string(t) + (sp ? " sp" : "") +
@@ -448,6 +466,140 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
           << "t=" << t << (sp ? " sp" : "") << " rank " << r << ": prefill logits vs TP=1";
       EXPECT_EQ(mismatches(want.decode, got[static_cast<std::size_t>(r)].decode), 0)
           << "t=" << t << (sp ? " sp" : "") << " rank " << r << ": decode logits vs TP=1";
+    }
+  }
+}
+
+// The one-shot all-reduce alone on 2 (and 4) GPUs: every rank's result equals the host's fp32
+// sum in rank order rounded once to bf16, bit for bit, for a message of 16-byte packs and one of
+// any length, eagerly (each call on new data) and as a CUDA graph of several calls replayed
+// (each replay a new call count, summing what the last left).
+TEST(TpEngine, OneShotAllReduceSumsExactly) {
+  int n = 0;
+  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  for (int t : {2, 4}) {
+    if (t > n) continue;
+    std::vector<int> devices(static_cast<std::size_t>(t));
+    std::iota(devices.begin(), devices.end(), 0);
+    tp::OneShotGroup shots(devices, std::size_t{64} << 10);
+    if (!shots.peers_ok()) GTEST_SKIP() << "no peer access between the GPUs";
+    constexpr int kCalls = 3, kReplays = 3;
+    // Packs of 8 and any length, in 1, 2, 8 and 16 blocks (a slot holds 32768): calls of
+    // different block counts in turn, so the blocks' call counts must stay in step.
+    const std::vector<std::int64_t> sizes = {4096, 1001, 32768, 20003};
+    // host[r][b]: rank r's buffer b as the host expects it.
+    auto value = [](int r, int b, std::int64_t i, int call) {
+      const std::uint64_t h = (static_cast<std::uint64_t>(r) * 1000003u + b * 7919u +
+                               static_cast<std::uint64_t>(i) * 104729u + call * 15485863u) %
+                              2001u;
+      return static_cast<float>(static_cast<int>(h) - 1000) / 256.0f;
+    };
+    std::vector<std::vector<std::vector<__nv_bfloat16>>> host(
+        static_cast<std::size_t>(t), std::vector<std::vector<__nv_bfloat16>>(sizes.size()));
+    auto sum_all = [&](std::size_t b) {  // what one all-reduce makes of host[.][b]
+      const std::size_t len = host[0][b].size();
+      std::vector<__nv_bfloat16> out(len);
+      for (std::size_t i = 0; i < len; ++i) {
+        float acc = 0;
+        for (int r = 0; r < t; ++r) acc += __bfloat162float(host[static_cast<std::size_t>(r)][b][i]);
+        out[i] = __float2bfloat16(acc);
+      }
+      for (int r = 0; r < t; ++r) host[static_cast<std::size_t>(r)][b] = out;
+    };
+    std::vector<std::vector<std::vector<__nv_bfloat16>>> got = host;
+    std::vector<std::string> errors(static_cast<std::size_t>(t));
+    std::vector<bool> late(static_cast<std::size_t>(t), false);
+    RankGroup group(devices);
+    // The host's expectations first (the same on every rank after each call).
+    std::vector<std::vector<std::vector<__nv_bfloat16>>> eager_want(kCalls);
+    for (int call = 0; call < kCalls; ++call)
+      for (std::size_t b = 0; b < sizes.size(); ++b) {
+        for (int r = 0; r < t; ++r) {
+          auto& v = host[static_cast<std::size_t>(r)][b];
+          v.resize(static_cast<std::size_t>(sizes[b]));
+          for (std::int64_t i = 0; i < sizes[b]; ++i)
+            v[static_cast<std::size_t>(i)] = __float2bfloat16(value(r, static_cast<int>(b), i, call));
+        }
+        sum_all(b);
+        eager_want[static_cast<std::size_t>(call)].push_back(host[0][b]);
+      }
+    // The graph: every buffer once more from call kCalls's data, then summed kReplays times.
+    for (std::size_t b = 0; b < sizes.size(); ++b)
+      for (int r = 0; r < t; ++r)
+        for (std::int64_t i = 0; i < sizes[b]; ++i)
+          host[static_cast<std::size_t>(r)][b][static_cast<std::size_t>(i)] =
+              __float2bfloat16(value(r, static_cast<int>(b), i, kCalls));
+    for (int k = 0; k < kReplays; ++k)
+      for (std::size_t b = 0; b < sizes.size(); ++b) sum_all(b);
+    std::vector<std::vector<std::vector<std::vector<__nv_bfloat16>>>> eager_got(
+        static_cast<std::size_t>(t));
+
+    group.run([&](Rank& self) {
+      const auto R = static_cast<std::size_t>(self.rank);
+      cudaStream_t st = self.stream->get();
+      std::vector<DeviceBuffer> bufs;
+      for (std::int64_t len : sizes) bufs.emplace_back(self.device, static_cast<std::size_t>(len) * 2);
+      auto upload = [&](int call) {
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          std::vector<__nv_bfloat16> v(static_cast<std::size_t>(sizes[b]));
+          for (std::int64_t i = 0; i < sizes[b]; ++i)
+            v[static_cast<std::size_t>(i)] =
+                __float2bfloat16(value(self.rank, static_cast<int>(b), i, call));
+          GPB_CUDA_CHECK(cudaMemcpyAsync(bufs[b].get(), v.data(), v.size() * 2,
+                                         cudaMemcpyHostToDevice, st));
+        }
+      };
+      auto download_all = [&] {
+        std::vector<std::vector<__nv_bfloat16>> out;
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          std::vector<__nv_bfloat16> v(static_cast<std::size_t>(sizes[b]));
+          GPB_CUDA_CHECK(cudaMemcpyAsync(v.data(), bufs[b].get(), v.size() * 2,
+                                         cudaMemcpyDeviceToHost, st));
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          out.push_back(std::move(v));
+        }
+        return out;
+      };
+      const OneShotPeers& peers = shots.peers(self.rank);
+      for (int call = 0; call < kCalls; ++call) {
+        upload(call);
+        for (std::size_t b = 0; b < sizes.size(); ++b)
+          one_shot_all_reduce(bufs[b].get(), sizes[b], peers, ActDtype::BF16, st);
+        eager_got[R].push_back(download_all());
+      }
+      upload(kCalls);
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      GPB_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (std::size_t b = 0; b < sizes.size(); ++b)
+        one_shot_all_reduce(bufs[b].get(), sizes[b], peers, ActDtype::BF16, st);
+      GPB_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      GPB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int k = 0; k < kReplays; ++k) GPB_CUDA_CHECK(cudaGraphLaunch(exec, st));
+      got[R] = download_all();
+      GPB_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      GPB_CUDA_CHECK(cudaGraphDestroy(graph));
+      late[R] = shots.timed_out(self.rank);
+    });
+    auto same = [](const std::vector<__nv_bfloat16>& a, const std::vector<__nv_bfloat16>& b) {
+      if (a.size() != b.size()) return false;
+      return std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+    };
+    for (int r = 0; r < t; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      const std::string what = "t=" + std::to_string(t) + " rank " + std::to_string(r);
+      EXPECT_FALSE(late[R]) << what << ": a wait for a peer timed out";
+      ASSERT_EQ(eager_got[R].size(), static_cast<std::size_t>(kCalls)) << what;
+      for (int call = 0; call < kCalls; ++call)
+        for (std::size_t b = 0; b < sizes.size(); ++b)
+          EXPECT_TRUE(same(eager_got[R][static_cast<std::size_t>(call)][b],
+                           eager_want[static_cast<std::size_t>(call)][b]))
+              << what << " eager call " << call << ", " << sizes[b] << " elements";
+      for (std::size_t b = 0; b < sizes.size(); ++b)
+        EXPECT_TRUE(same(got[R][b], host[R][b]))
+            << what << " graph, " << kReplays << " replays, " << sizes[b] << " elements";
     }
   }
 }

@@ -157,6 +157,11 @@ TEST(TpSettings, BadInputNamesTheOption) {
   o = Options{};
   o.collectives = "mpi";
   EXPECT_EQ(error_of(o), "--collectives: 'mpi' is not nccl or copy-engine");
+  o = Options{};
+  o.small_collectives = "two-shot";
+  EXPECT_EQ(error_of(o), "--small-collectives: 'two-shot' is not auto, nccl or one-shot");
+  o.small_collectives = "one-shot";
+  EXPECT_EQ(resolve_settings(o, false, 4).small_collectives, "one-shot");
   o.collectives = " copy-engine ";
   EXPECT_EQ(error_of(o), "");
   EXPECT_EQ(resolve_settings(o, false, 0).collectives, "copy-engine");
@@ -246,9 +251,9 @@ TEST(TpSettings, ToJsonKeys) {
   const auto j = resolve_settings(o, true, 0).to_json();
   for (const char* key : {"model", "layers", "tp", "seq_lens", "batch_sizes", "contexts", "dtype",
                           "sequence_parallel", "micro", "micro_size", "micro_tokens", "overlap",
-                          "overlap_chunks", "collectives"})
+                          "overlap_chunks", "collectives", "small_collectives"})
     EXPECT_TRUE(j.contains(key)) << key;
-  EXPECT_EQ(j.size(), 14u);
+  EXPECT_EQ(j.size(), 15u);
   EXPECT_EQ(j["model"]["name"], "llama-2-7b");
   EXPECT_EQ(j["tp"], nlohmann::ordered_json::parse("[1,2,4]"));
   EXPECT_EQ(j["seq_lens"], nlohmann::ordered_json::parse("[1024,4096]"));

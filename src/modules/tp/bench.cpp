@@ -82,10 +82,13 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   // largest prefill's all-reduce.
   const std::unique_ptr<CopyEngineGroup> copies = copy_engine_group(
       s, t, group, static_cast<std::size_t>(s.batch_sizes.back() * max_prompt * H * 2 / t + 64));
+  // --small-collectives one-shot: every rank's receive slots and flags.
+  const std::unique_ptr<OneShotGroup> shots = one_shot_group(s, t, group);
   auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len) {
     Outcome o;
     o.t = t;
     if (copies) o.collectives = "copy-engine";
+    if (shots) o.small_collectives = "one-shot";
     o.phase = phase;
     o.batch = batch;
     o.length = len;
@@ -101,11 +104,16 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       comm = NcclComm(id, t, self.rank);
       collectives = std::make_unique<NcclTpCollectives>(comm.get());
     }
-    // The step's collectives: NCCL's, or the copy engines' with NCCL for what they leave.
+    // The step's collectives: NCCL's, or the copy engines' with NCCL for what they leave; the
+    // small all-reduces NCCL's or the one-shot kernel's.
+    std::unique_ptr<OneShotTpCollectives> shot;
+    if (shots) shot = std::make_unique<OneShotTpCollectives>(*shots, self.rank, *collectives);
+    model::TpCollectives* small =
+        shot ? static_cast<model::TpCollectives*>(shot.get()) : collectives.get();
     std::unique_ptr<CopyEngineTpCollectives> copied;
-    if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *collectives);
+    if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *small);
     model::TpCollectives* active =
-        copied ? static_cast<model::TpCollectives*>(copied.get()) : collectives.get();
+        copied ? static_cast<model::TpCollectives*>(copied.get()) : small;
     cudaStream_t st = self.stream->get();
     // Every rank must run the same sequence of collectives: stop only where all agree.
     auto stop = [&] {
@@ -277,6 +285,16 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
           }
         }
         o.memory_per_gpu = engine.memory().total();
+        // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums behind (and
+        // times that say nothing): the point fails.
+        if (shots) {
+          GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+          const auto late = group.all_gather(self.rank, shots->timed_out(self.rank) ? 1.0 : 0.0);
+          if (std::any_of(late.begin(), late.end(), [](double v) { return v != 0; })) {
+            o.status = "failed";
+            o.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
+          }
+        }
         if (self.rank == 0) out.push_back(o);
       };
       for (std::int64_t len : s.seq_lens) {

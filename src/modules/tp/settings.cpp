@@ -152,6 +152,11 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   if (c != "nccl" && c != "copy-engine")
     throw InputError(fmt::format("--collectives: '{}' is not nccl or copy-engine", o.collectives));
   s.collectives = c;
+  const std::string sc = trim(o.small_collectives);
+  if (sc != "auto" && sc != "nccl" && sc != "one-shot")
+    throw InputError(fmt::format("--small-collectives: '{}' is not auto, nccl or one-shot",
+                                 o.small_collectives));
+  s.small_collectives = sc;
   return s;
 }
 
@@ -171,7 +176,8 @@ nlohmann::ordered_json Settings::to_json() const {
           {"micro_tokens", micro_tokens},
           {"overlap", overlap},
           {"overlap_chunks", overlap_chunks},
-          {"collectives", collectives}};
+          {"collectives", collectives},
+          {"small_collectives", small_collectives}};
 }
 
 }  // namespace gpubench::tp

@@ -24,6 +24,7 @@
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
 #include "gpubench/model/transformer.hpp"
+#include "one_shot.cuh"
 
 namespace gpubench::tp {
 
@@ -50,6 +51,7 @@ struct Options {
   bool overlap = false;
   int overlap_chunks = 4;
   std::string collectives = "nccl";  // the model run's: nccl or copy-engine
+  std::string small_collectives = "auto";  // its small all-reduces: auto, nccl or one-shot
 };
 
 // The two Megatron linear layers the micro-benchmark isolates.
@@ -72,6 +74,10 @@ struct Settings {
   // The model run's collectives: "nccl", or "copy-engine" (CopyEngineTpCollectives: prefill's
   // large messages through the copy engines, the rest through NCCL).
   std::string collectives = "nccl";
+  // Its all-reduces of up to OneShotTpCollectives::kMaxBytes (decode's): "nccl", "one-shot"
+  // (OneShotTpCollectives: one kernel pushing over NVLink, in the decode graph too), or "auto"
+  // (one-shot where it can run: threads of one process, peer access, at most 8 ranks; else NCCL).
+  std::string small_collectives = "auto";
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
@@ -294,6 +300,54 @@ class CopyEngineTpCollectives : public model::TpCollectives {
 std::unique_ptr<CopyEngineGroup> copy_engine_group(const Settings& s, int t, RankGroup& group,
                                                    std::size_t max_chunk_bytes);
 
+// The ranks' shared part of OneShotTpCollectives: threads of one process, a GPU each, peer
+// access between every pair (peers_ok() says whether all pairs have it). Holds each rank's
+// receive buffer (2 x t slots of slot_bytes), flags, call counter and error word, zeroed, and
+// each rank's view of them (OneShotPeers, kernels/one_shot.cuh).
+class OneShotGroup {
+ public:
+  OneShotGroup(const std::vector<int>& devices, std::size_t slot_bytes);
+  int size() const noexcept { return static_cast<int>(devices_.size()); }
+  bool peers_ok() const noexcept { return peers_ok_; }
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  const OneShotPeers& peers(int rank) const { return peers_.at(static_cast<std::size_t>(rank)); }
+  // Whether a wait of `rank`'s for a peer timed out (a synchronous read of its error word).
+  bool timed_out(int rank) const;
+
+ private:
+  std::vector<int> devices_;
+  bool peers_ok_ = false;
+  std::size_t slot_bytes_ = 0;
+  std::vector<DeviceBuffer> recv_, words_;
+  std::vector<OneShotPeers> peers_;
+};
+
+// A TP step's all-reduces of up to kMaxBytes through the one-shot kernel (each rank pushes its
+// data to every peer over NVLink, then sums; one kernel, capturable, so decode's graph takes it
+// too); larger ones, reduce-scatters and all-gathers go to `fallback`.
+class OneShotTpCollectives : public model::TpCollectives {
+ public:
+  static constexpr std::size_t kMaxBytes = std::size_t{256} << 10;
+  OneShotTpCollectives(const OneShotGroup& group, int rank, model::TpCollectives& fallback);
+  void all_reduce(void* data, std::int64_t elems, ActDtype dtype, cudaStream_t stream) override;
+  void reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
+  void all_gather(void* data, std::int64_t chunk, ActDtype dtype, cudaStream_t stream) override;
+  std::int64_t one_shot() const noexcept { return one_shot_; }
+  std::int64_t fell_back() const noexcept { return fell_back_; }
+
+ private:
+  const OneShotGroup& g_;
+  int rank_;
+  model::TpCollectives& fallback_;
+  std::int64_t one_shot_ = 0, fell_back_ = 0;
+};
+
+// The one-shot group of a degree-t run under --small-collectives one-shot (slots of kMaxBytes);
+// null where the run's small all-reduces go over NCCL: t = 1, --small-collectives nccl, more
+// than kOneShotMaxRanks ranks, ranks in several processes (mpirun/srun) or GPUs without peer
+// access between some pair (the last three with a warning on the log).
+std::unique_ptr<OneShotGroup> one_shot_group(const Settings& s, int t, RankGroup& group);
+
 // Collectives that do nothing: a decode step captured with them runs every kernel of the TP
 // step but no communication (wrong logits, never checked), which timed against the real step
 // gives the communication the step exposes.
@@ -339,6 +393,7 @@ struct Outcome {
   double overlap_s = 0;
   double overlap_check_error = 0;
   std::string collectives = "nccl";  // what the step's large collectives ran over
+  std::string small_collectives = "nccl";  // what its small all-reduces ran over
 };
 
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).

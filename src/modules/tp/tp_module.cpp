@@ -73,6 +73,11 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                    "messages copied between peers by the copy engines, no SMs taken; the rest "
                    "over NCCL)")
         ->capture_default_str();
+    app.add_option("--small-collectives", opts_.small_collectives,
+                   "The model run's all-reduces of up to 256 KiB (decode's): one-shot (one "
+                   "kernel pushing each rank's data to its peers over NVLink; one process with "
+                   "peer access), nccl, or auto (one-shot where it can run, else nccl)")
+        ->capture_default_str();
   }
 
   // The default degrees on one GPU leave TP=1 alone, with nothing to compare: skipped (`all`
@@ -188,6 +193,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                 {"batch", o.batch},
                 {prefill ? "prompt" : "context", o.length}};
     if (o.t > 1 && s.collectives != "nccl") r.params["collectives"] = o.collectives;
+    if (o.t > 1) r.params["small_collectives"] = o.small_collectives;  // the path that ran
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok") {
