@@ -24,11 +24,12 @@ has full && timed tp_full 500 "$bin" tp --output-dir "$work/tp_full"
 # The same over the copy engines with prefill overlapped in 2 chunks (config/default.ini's [tp]).
 has copy && timed tp_copy_engine_overlap 500 "$bin" tp --collectives copy-engine --overlap \
   --overlap-chunks 2 --output-dir "$work/tp_copy_engine_overlap"
-# Decode's small all-reduces through the one-shot kernel, beside NCCL's (batch 1 and 8).
+# Decode's small all-reduces through the one-shot kernel (what tp_full's default, auto, takes
+# in one process), beside NCCL's (batch 1 to 16).
 has oneshot && timed tp_one_shot 300 "$bin" tp --seq-lens 1024 --contexts 2048,8192 \
-  --batch-sizes 1,8 --small-collectives one-shot --output-dir "$work/tp_one_shot"
+  --batch-sizes 1,4,8,16 --small-collectives one-shot --output-dir "$work/tp_one_shot"
 has oneshot && timed tp_one_shot_nccl 300 "$bin" tp --seq-lens 1024 --contexts 2048,8192 \
-  --batch-sizes 1,8 --small-collectives nccl --output-dir "$work/tp_one_shot_nccl"
+  --batch-sizes 1,4,8,16 --small-collectives nccl --output-dir "$work/tp_one_shot_nccl"
 has sp && timed tp_sequence_parallel 300 "$bin" tp --sequence-parallel --seq-lens 1024,4096 \
   --output-dir "$work/tp_sequence_parallel"
 has micro && timed tp_micro 300 "$bin" tp --micro column,row --overlap \
