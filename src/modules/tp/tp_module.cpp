@@ -193,7 +193,10 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                 {"batch", o.batch},
                 {prefill ? "prompt" : "context", o.length}};
     if (o.t > 1 && s.collectives != "nccl") r.params["collectives"] = o.collectives;
-    if (o.t > 1) r.params["small_collectives"] = o.small_collectives;  // the path that ran
+    // The path the small all-reduces took, on the rows that have them (decode's).
+    if (o.t > 1 && o.allreduce_bytes > 0 &&
+        o.allreduce_bytes <= static_cast<double>(OneShotTpCollectives::kMaxBytes))
+      r.params["small_collectives"] = o.small_collectives;
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok") {
