@@ -82,13 +82,15 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   // largest prefill's all-reduce.
   const std::unique_ptr<CopyEngineGroup> copies = copy_engine_group(
       s, t, group, static_cast<std::size_t>(s.batch_sizes.back() * max_prompt * H * 2 / t + 64));
-  // --small-collectives one-shot: every rank's receive slots and flags.
+  // --small-collectives one-shot (or auto): every rank's receive slots and flags; ranks in
+  // several processes set theirs up inside the run (over_ipc) and raise `ipc_shots`.
   const std::unique_ptr<OneShotGroup> shots = one_shot_group(s, t, group);
+  bool ipc_shots = false;
   auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len) {
     Outcome o;
     o.t = t;
     if (copies) o.collectives = "copy-engine";
-    if (shots) o.small_collectives = "one-shot";
+    if (shots || ipc_shots) o.small_collectives = "one-shot";
     o.phase = phase;
     o.batch = batch;
     o.length = len;
@@ -106,8 +108,18 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
     }
     // The step's collectives: NCCL's, or the copy engines' with NCCL for what they leave; the
     // small all-reduces NCCL's or the one-shot kernel's.
+    std::unique_ptr<OneShotGroup> ipc;
+    if (t > 1 && group.is_mpi() && s.small_collectives != "nccl") {
+      ipc = OneShotGroup::over_ipc(group, self.rank, self.device, OneShotTpCollectives::kMaxBytes);
+      ipc_shots = ipc != nullptr;  // one rank per process: no other thread reads it
+      if (!ipc && self.rank == 0)
+        spdlog::log(s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info,
+                    "tp: the ranks span hosts or some pair of their GPUs lacks peer access; the "
+                    "small all-reduces run over NCCL");
+    }
+    const OneShotGroup* mine = shots ? shots.get() : ipc.get();
     std::unique_ptr<OneShotTpCollectives> shot;
-    if (shots) shot = std::make_unique<OneShotTpCollectives>(*shots, self.rank, *collectives);
+    if (mine) shot = std::make_unique<OneShotTpCollectives>(*mine, self.rank, *collectives);
     model::TpCollectives* small =
         shot ? static_cast<model::TpCollectives*>(shot.get()) : collectives.get();
     std::unique_ptr<CopyEngineTpCollectives> copied;
@@ -287,9 +299,9 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         o.memory_per_gpu = engine.memory().total();
         // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums behind (and
         // times that say nothing): the point fails.
-        if (shots) {
+        if (mine) {
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-          const auto late = group.all_gather(self.rank, shots->timed_out(self.rank) ? 1.0 : 0.0);
+          const auto late = group.all_gather(self.rank, mine->timed_out(self.rank) ? 1.0 : 0.0);
           if (std::any_of(late.begin(), late.end(), [](double v) { return v != 0; })) {
             o.status = "failed";
             o.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
@@ -305,6 +317,10 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         if (stop()) break;
         point(model::Phase::Decode, c);
       }
+    }
+    if (ipc) {  // no peer may still write into this rank's buffers when they are freed
+      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      group.barrier();
     }
   });
   return out;

@@ -1,12 +1,16 @@
 // The tensor-parallel engine's small all-reduces through the one-shot kernel
-// (kernels/one_shot.cuh), for ranks that are threads of one process with peer access between
-// their GPUs.
+// (kernels/one_shot.cuh), for ranks that are threads of one process, or processes of one host
+// (buffers shared through CUDA IPC), with peer access between their GPUs.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
 
 #include "gpubench/core/errors.hpp"
-#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/peers.hpp"
 #include "tp.hpp"
 
@@ -41,6 +45,82 @@ OneShotGroup::OneShotGroup(const std::vector<int>& devices, std::size_t slot_byt
     DeviceGuard guard(d);
     GPB_CUDA_CHECK(cudaDeviceSynchronize());
   }
+}
+
+std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank, int device,
+                                                    std::size_t slot_bytes) {
+  const int t = group.size();
+  // Every rank decides alike: one host (the same host-name hash), distinct GPUs, peer access
+  // from this rank's GPU to every other's.
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
+  const auto host = static_cast<double>(std::hash<std::string>{}(name.data()) & 0xffffffffu);
+  const std::vector<double> hosts = group.all_gather(rank, host);
+  const std::vector<double> devs = group.all_gather(rank, device);
+  bool ok = t > 1 && t <= kOneShotMaxRanks &&
+            std::all_of(hosts.begin(), hosts.end(), [&](double h) { return h == hosts[0]; });
+  std::vector<int> devices;
+  for (double d : devs) devices.push_back(static_cast<int>(d));
+  for (int j = 0; ok && j < t; ++j) {
+    const int d = devices[static_cast<std::size_t>(j)];
+    if (j == rank) continue;
+    int can = 0;
+    ok = d != device && cudaDeviceCanAccessPeer(&can, device, d) == cudaSuccess && can != 0;
+  }
+  (void)cudaGetLastError();  // a peer GPU this process cannot see is a "no", not an error
+  const std::vector<double> oks = group.all_gather(rank, ok ? 1.0 : 0.0);
+  if (std::any_of(oks.begin(), oks.end(), [](double v) { return v == 0; })) return nullptr;
+
+  std::unique_ptr<OneShotGroup> g(new OneShotGroup());
+  g->devices_ = devices;
+  g->slot_bytes_ = slot_bytes;
+  g->recv_.emplace_back(device, one_shot_recv_bytes(t, slot_bytes));
+  g->words_.emplace_back(device, one_shot_word_bytes(t));
+  GPB_CUDA_CHECK(cudaMemset(g->words_.back().get(), 0, g->words_.back().bytes()));
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  // Every rank's two handles to every rank; the peers' buffers mapped into this process.
+  struct Handles {
+    cudaIpcMemHandle_t recv, words;
+  };
+  std::vector<Handles> all(static_cast<std::size_t>(t));
+  GPB_CUDA_CHECK(cudaIpcGetMemHandle(&all[static_cast<std::size_t>(rank)].recv,
+                                     g->recv_.back().get()));
+  GPB_CUDA_CHECK(cudaIpcGetMemHandle(&all[static_cast<std::size_t>(rank)].words,
+                                     g->words_.back().get()));
+  for (int r = 0; r < t; ++r)
+    group.broadcast(rank, &all[static_cast<std::size_t>(r)], sizeof(Handles), r);
+  OneShotPeers p;
+  p.rank = rank;
+  p.size = t;
+  p.slot_bytes = slot_bytes;
+  for (int j = 0; j < t; ++j) {
+    if (j == rank) {
+      p.recv[j] = g->recv_.back().get();
+      p.flags[j] = g->words_.back().as<unsigned int>();
+      continue;
+    }
+    void* recv = nullptr;
+    void* words = nullptr;
+    const Handles& h = all[static_cast<std::size_t>(j)];
+    GPB_CUDA_CHECK(cudaIpcOpenMemHandle(&recv, h.recv, cudaIpcMemLazyEnablePeerAccess));
+    g->opened_.push_back(recv);
+    GPB_CUDA_CHECK(cudaIpcOpenMemHandle(&words, h.words, cudaIpcMemLazyEnablePeerAccess));
+    g->opened_.push_back(words);
+    p.recv[j] = recv;
+    p.flags[j] = static_cast<unsigned int*>(words);
+  }
+  unsigned int* mine = g->words_.back().as<unsigned int>();
+  p.counter = mine + one_shot_counter_index(t);
+  p.error = mine + one_shot_error_index(t);
+  g->peers_.assign(static_cast<std::size_t>(t), OneShotPeers{});
+  g->peers_[static_cast<std::size_t>(rank)] = p;
+  g->peers_ok_ = true;
+  group.barrier();  // every rank's zeroed words mapped before any rank's kernel writes a flag
+  return g;
+}
+
+OneShotGroup::~OneShotGroup() {
+  for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
 }
 
 bool OneShotGroup::timed_out(int rank) const {
@@ -83,14 +163,7 @@ std::unique_ptr<OneShotGroup> one_shot_group(const Settings& s, int t, RankGroup
   // Asked for by name, a fallback to NCCL is a warning; under "auto" it is the expected path.
   const auto level =
       s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info;
-  if (group.is_mpi()) {
-    if (process_info().rank == 0)
-      spdlog::log(level,
-                  "tp: one-shot small all-reduces need the ranks in one process; under {} they "
-                  "run over NCCL",
-                  process_info().launcher);
-    return nullptr;
-  }
+  if (group.is_mpi()) return nullptr;  // each rank sets up its part in the run (over_ipc)
   if (t > kOneShotMaxRanks) {
     spdlog::log(level, "tp: one-shot small all-reduces take at most {} ranks; TP={} runs over NCCL",
                 kOneShotMaxRanks, t);

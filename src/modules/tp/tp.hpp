@@ -76,7 +76,8 @@ struct Settings {
   std::string collectives = "nccl";
   // Its all-reduces of up to OneShotTpCollectives::kMaxBytes (decode's): "nccl", "one-shot"
   // (OneShotTpCollectives: one kernel pushing over NVLink, in the decode graph too), or "auto"
-  // (one-shot where it can run: threads of one process, peer access, at most 8 ranks; else NCCL).
+  // (one-shot where it can run: GPUs of one host with peer access, at most 8 ranks, as threads
+  // or as processes sharing buffers through CUDA IPC; else NCCL).
   std::string small_collectives = "auto";
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
@@ -307,6 +308,15 @@ std::unique_ptr<CopyEngineGroup> copy_engine_group(const Settings& s, int t, Ran
 class OneShotGroup {
  public:
   OneShotGroup(const std::vector<int>& devices, std::size_t slot_bytes);
+  // Ranks that are processes of one host (mpirun/srun, a GPU each; call from inside
+  // group.run(), every rank): this rank's buffers, the peers' mapped through CUDA IPC. Null,
+  // on every rank alike, when the ranks span hosts or some pair of their GPUs lacks peer access.
+  // Before it is destroyed every rank must be done with it (a group barrier).
+  static std::unique_ptr<OneShotGroup> over_ipc(RankGroup& group, int rank, int device,
+                                                std::size_t slot_bytes);
+  ~OneShotGroup();
+  OneShotGroup(const OneShotGroup&) = delete;
+  OneShotGroup& operator=(const OneShotGroup&) = delete;
   int size() const noexcept { return static_cast<int>(devices_.size()); }
   bool peers_ok() const noexcept { return peers_ok_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
@@ -315,11 +325,13 @@ class OneShotGroup {
   bool timed_out(int rank) const;
 
  private:
+  OneShotGroup() = default;
   std::vector<int> devices_;
   bool peers_ok_ = false;
   std::size_t slot_bytes_ = 0;
   std::vector<DeviceBuffer> recv_, words_;
   std::vector<OneShotPeers> peers_;
+  std::vector<void*> opened_;  // the peers' buffers mapped through IPC (over_ipc)
 };
 
 // A TP step's all-reduces of up to kMaxBytes through the one-shot kernel (each rank pushes its

@@ -75,8 +75,9 @@ class TpModule final : public ResolvingModule<Options, Settings> {
         ->capture_default_str();
     app.add_option("--small-collectives", opts_.small_collectives,
                    "The model run's all-reduces of up to 256 KiB (decode's): one-shot (one "
-                   "kernel pushing each rank's data to its peers over NVLink; one process with "
-                   "peer access), nccl, or auto (one-shot where it can run, else nccl)")
+                   "kernel pushing each rank's data to its peers over NVLink; GPUs of one host "
+                   "with peer access, threads or processes), nccl, or auto (one-shot where it "
+                   "can run, else nccl)")
         ->capture_default_str();
   }
 
