@@ -114,8 +114,8 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       ipc_shots = ipc != nullptr;  // one rank per process: no other thread reads it
       if (!ipc && self.rank == 0)
         spdlog::log(s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info,
-                    "tp: the ranks span hosts or some pair of their GPUs lacks peer access; the "
-                    "small all-reduces run over NCCL");
+                    "tp: the ranks span hosts, some pair of their GPUs lacks peer access, or "
+                    "CUDA IPC was refused; the small all-reduces run over NCCL");
     }
     const OneShotGroup* mine = shots ? shots.get() : ipc.get();
     std::unique_ptr<OneShotTpCollectives> shot;

@@ -78,15 +78,16 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
   g->words_.emplace_back(device, one_shot_word_bytes(t));
   GPB_CUDA_CHECK(cudaMemset(g->words_.back().get(), 0, g->words_.back().bytes()));
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
-  // Every rank's two handles to every rank; the peers' buffers mapped into this process.
+  // Every rank's two handles to every rank; the peers' buffers mapped into this process. A rank
+  // that cannot export or map them (IPC refused, as in some containers) must not leave the
+  // others waiting: every rank says how it went, and any failure sends them all to NCCL.
   struct Handles {
     cudaIpcMemHandle_t recv, words;
   };
   std::vector<Handles> all(static_cast<std::size_t>(t));
-  GPB_CUDA_CHECK(cudaIpcGetMemHandle(&all[static_cast<std::size_t>(rank)].recv,
-                                     g->recv_.back().get()));
-  GPB_CUDA_CHECK(cudaIpcGetMemHandle(&all[static_cast<std::size_t>(rank)].words,
-                                     g->words_.back().get()));
+  Handles& own = all[static_cast<std::size_t>(rank)];
+  bool mapped = cudaIpcGetMemHandle(&own.recv, g->recv_.back().get()) == cudaSuccess &&
+                cudaIpcGetMemHandle(&own.words, g->words_.back().get()) == cudaSuccess;
   for (int r = 0; r < t; ++r)
     group.broadcast(rank, &all[static_cast<std::size_t>(r)], sizeof(Handles), r);
   OneShotPeers p;
@@ -102,13 +103,22 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
     void* recv = nullptr;
     void* words = nullptr;
     const Handles& h = all[static_cast<std::size_t>(j)];
-    GPB_CUDA_CHECK(cudaIpcOpenMemHandle(&recv, h.recv, cudaIpcMemLazyEnablePeerAccess));
-    g->opened_.push_back(recv);
-    GPB_CUDA_CHECK(cudaIpcOpenMemHandle(&words, h.words, cudaIpcMemLazyEnablePeerAccess));
-    g->opened_.push_back(words);
+    if (mapped && cudaIpcOpenMemHandle(&recv, h.recv, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+      g->opened_.push_back(recv);
+    else
+      mapped = false;
+    if (mapped &&
+        cudaIpcOpenMemHandle(&words, h.words, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+      g->opened_.push_back(words);
+    else
+      mapped = false;
     p.recv[j] = recv;
     p.flags[j] = static_cast<unsigned int*>(words);
   }
+  (void)cudaGetLastError();
+  const std::vector<double> maps = group.all_gather(rank, mapped ? 1.0 : 0.0);
+  if (std::any_of(maps.begin(), maps.end(), [](double v) { return v == 0; }))
+    return nullptr;  // what was mapped is closed by the destructor
   unsigned int* mine = g->words_.back().as<unsigned int>();
   p.counter = mine + one_shot_counter_index(t);
   p.error = mine + one_shot_error_index(t);

@@ -310,7 +310,8 @@ class OneShotGroup {
   OneShotGroup(const std::vector<int>& devices, std::size_t slot_bytes);
   // Ranks that are processes of one host (mpirun/srun, a GPU each; call from inside
   // group.run(), every rank): this rank's buffers, the peers' mapped through CUDA IPC. Null,
-  // on every rank alike, when the ranks span hosts or some pair of their GPUs lacks peer access.
+  // on every rank alike, when the ranks span hosts, some pair of their GPUs lacks peer access or
+  // some rank could not export or map the buffers.
   // Before it is destroyed every rank must be done with it (a group barrier).
   static std::unique_ptr<OneShotGroup> over_ipc(RankGroup& group, int rank, int device,
                                                 std::size_t slot_bytes);
