@@ -140,6 +140,13 @@ struct Timeline {
 // match.
 Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
 
+// The bubble this schedule would have with free transfers and every operation of a stage taking
+// that stage's mean forward / backward time in `measured` (its spans): the part of a measured
+// bubble that unequal stages explain (the textbook theory assumes equal ones); the rest is
+// waiting (transfers, kernels competing for SMs). 0 for one stage; InputError when a stage of
+// the timeline lacks forward or backward spans.
+double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v);
+
 // ---------------------------------------------------------------------------------------------
 // Stages
 

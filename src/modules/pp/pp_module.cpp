@@ -312,6 +312,9 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
       r.metric("bubble_theory", 100 * o.bubble_theory, "%");
       r.metric("bubble_gap", 100 * (o.timeline.bubble - o.bubble_theory), "pp");
+      // The share of it that the stages' own (unequal) times explain.
+      r.metric("bubble_stage_times",
+               100 * stage_time_bubble(o.timeline, o.schedule, o.p, o.m, o.v), "%");
       r.metric("transfer", ms(o.transfer_s), "ms");
       r.metric("transfer_exposed", ms(o.transfer_exposed_s), "ms");
       r.metric("transfer_MB", o.transfer_bytes / 1e6, "MB");

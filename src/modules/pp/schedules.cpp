@@ -97,6 +97,27 @@ double theory_bubble(Schedule s, int p, int m, int v) {
   return (p - 1) / (chunks * m + p - 1);
 }
 
+double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v) {
+  if (p < 2) return 0.0;
+  if (measured.stages.size() != static_cast<std::size_t>(p))
+    throw InputError(fmt::format("stage_time_bubble: {} stages in the timeline, {} expected",
+                                 measured.stages.size(), p));
+  OpTimes times;
+  for (const std::vector<Span>& stage : measured.stages) {
+    double f = 0, b = 0;
+    int nf = 0, nb = 0;
+    for (const Span& sp : stage) {
+      (sp.op.forward ? f : b) += sp.end - sp.start;
+      ++(sp.op.forward ? nf : nb);
+    }
+    if (nf == 0 || nb == 0)
+      throw InputError("stage_time_bubble: a stage without forward or backward spans");
+    times.forward_s.push_back(f / nf);
+    times.backward_s.push_back(b / nb);
+  }
+  return simulate(s, p, m, v, times).bubble;
+}
+
 Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times) {
   check_sizes(s, p, m, v);
   if (times.forward_s.size() != static_cast<std::size_t>(p) ||
