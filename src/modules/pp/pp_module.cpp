@@ -312,9 +312,14 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       r.metric("bubble_measured", 100 * o.timeline.bubble, "%");
       r.metric("bubble_theory", 100 * o.bubble_theory, "%");
       r.metric("bubble_gap", 100 * (o.timeline.bubble - o.bubble_theory), "pp");
-      // The share of it that the stages' own (unequal) times explain.
-      r.metric("bubble_stage_times",
-               100 * stage_time_bubble(o.timeline, o.schedule, o.p, o.m, o.v), "%");
+      // The share of it that the stages' own (unequal) times explain (left out, not fatal, for
+      // a timeline that lacks a stage's spans).
+      try {
+        r.metric("bubble_stage_times",
+                 100 * stage_time_bubble(o.timeline, o.schedule, o.p, o.m, o.v), "%");
+      } catch (const InputError& e) {
+        spdlog::warn("pp: no bubble_stage_times for p {} m {}: {}", o.p, o.m, e.what());
+      }
       r.metric("transfer", ms(o.transfer_s), "ms");
       r.metric("transfer_exposed", ms(o.transfer_exposed_s), "ms");
       r.metric("transfer_MB", o.transfer_bytes / 1e6, "MB");
