@@ -4,6 +4,7 @@
 // each against one GPU, with its measured bubble beside the theory, its transfers, its peak
 // activation memory and a Chrome trace of its timeline.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
