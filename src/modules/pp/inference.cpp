@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <memory>
 
 #include "gpubench/core/cuda.hpp"
@@ -115,14 +114,10 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
     const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
     // Stages balanced by measured time: rank 0 times a layer, the embedding and the head on its
     // GPU, and every rank splits the model by those same figures.
-    std::array<double, 3> measured{};
-    if (p > 1 && self.rank == 0) {
-      const StageCosts c = measure_inference_costs(s, self.device, st);
-      measured = {c.layer, c.embed, c.head};
-    }
-    if (p > 1) group.broadcast(self.rank, measured.data(), sizeof measured);
-    StageCosts balance = inference_flop_costs(s);
-    if (p > 1) balance = StageCosts{measured[0], measured[1], measured[2], true};
+    const StageCosts balance =
+        p > 1 ? agreed_stage_costs(group, self.rank,
+                                   [&] { return measure_inference_costs(s, self.device, st); })
+              : inference_flop_costs(s);
     const std::vector<int> layers = stages_from_costs(balance, s.layers, p);
     if (self.rank == 0 && p > 1)
       spdlog::info("pp: inference stages {} by {}", fmt::join(layers, "/"), balance.describe());

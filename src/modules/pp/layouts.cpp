@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <limits>
 
@@ -61,6 +62,17 @@ std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p) {
   const double layer = c.layer > 0 ? c.layer : 1.0;
   return balance_stages(std::vector<double>(static_cast<std::size_t>(std::max(layers, 0)), layer),
                         p, std::max(c.embed, 0.0), std::max(c.head, 0.0));
+}
+
+StageCosts agreed_stage_costs(RankGroup& group, int rank,
+                              const std::function<StageCosts()>& measure) {
+  std::array<double, 3> parts{};
+  if (rank == 0) {
+    const StageCosts c = measure();
+    parts = {c.layer, c.embed, c.head};
+  }
+  group.broadcast(rank, parts.data(), sizeof parts);
+  return StageCosts{parts[0], parts[1], parts[2], true};
 }
 
 std::string Layout::name() const {

@@ -7,6 +7,7 @@
 // with, a training stage's work per microbatch (FLOPs forward and backward, saved activations,
 // transfers), parallel layouts, and the Chrome trace of a timeline.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -171,6 +172,10 @@ struct StageCosts {
 // Layers per stage: balance_stages over `layers` layers of c.layer each, c.embed on the first
 // stage and c.head on the last.
 std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p);
+// The costs every rank of `group` splits by: `measure` run on rank 0 only, its layer, embedding
+// and head broadcast to the others. Every rank calls it, inside group.run().
+StageCosts agreed_stage_costs(RankGroup& group, int rank,
+                              const std::function<StageCosts()>& measure);
 
 // ---------------------------------------------------------------------------------------------
 // A training stage's work (training.cpp): what the GPU runner will run for one microbatch and

@@ -584,16 +584,11 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
     cudaStream_t st = self.stream->get();
     // Stages balanced by measured time (not interleaved, whose chunks are equal): rank 0 times
     // a layer, the embedding and the head on its GPU, and every rank splits by those figures.
-    StageCosts balance = training_flop_costs(s);
-    if (p > 1 && v == 1) {
-      std::array<double, 3> measured{};
-      if (self.rank == 0) {
-        const StageCosts c = measure_training_costs(s, self.device, st);
-        measured = {c.layer, c.embed, c.head};
-      }
-      group.broadcast(self.rank, measured.data(), sizeof measured);
-      balance = StageCosts{measured[0], measured[1], measured[2], true};
-    }
+    const StageCosts balance =
+        p > 1 && v == 1
+            ? agreed_stage_costs(group, self.rank,
+                                 [&] { return measure_training_costs(s, self.device, st); })
+            : training_flop_costs(s);
     const std::vector<int> stage_layers = training_stage_layers(s, p, sch, balance);
     if (self.rank == 0 && p > 1 && v == 1)
       spdlog::info("pp: training stages {} by {}", fmt::join(stage_layers, "/"), balance.describe());

@@ -83,14 +83,14 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   const std::unique_ptr<CopyEngineGroup> copies = copy_engine_group(
       s, t, group, static_cast<std::size_t>(s.batch_sizes.back() * max_prompt * H * 2 / t + 64));
   // --small-collectives one-shot (or auto): every rank's receive slots and flags; ranks in
-  // several processes set theirs up inside the run (over_ipc) and raise `ipc_shots`.
+  // several processes set theirs up inside the run (over_ipc).
   const std::unique_ptr<OneShotGroup> shots = one_shot_group(s, t, group);
-  bool ipc_shots = false;
-  auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len) {
+  auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len,
+                         bool one_shot) {
     Outcome o;
     o.t = t;
     if (copies) o.collectives = "copy-engine";
-    if (shots || ipc_shots) o.small_collectives = "one-shot";
+    if (one_shot) o.small_collectives = "one-shot";
     o.phase = phase;
     o.batch = batch;
     o.length = len;
@@ -111,7 +111,6 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
     std::unique_ptr<OneShotGroup> ipc;
     if (t > 1 && group.is_mpi() && s.small_collectives != "nccl") {
       ipc = OneShotGroup::over_ipc(group, self.rank, self.device, OneShotTpCollectives::kMaxBytes);
-      ipc_shots = ipc != nullptr;  // one rank per process: no other thread reads it
       if (!ipc && self.rank == 0)
         spdlog::log(s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info,
                     "tp: the ranks span hosts, some pair of their GPUs lacks peer access, or "
@@ -163,7 +162,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
                                        ? fmt::format("rank {} could not build its engine", first)
                                        : fmt::format("the engine could not be built: {}", why);
           auto skip = [&](model::Phase phase, std::int64_t len) {
-            Outcome o = new_outcome(phase, batch, len);
+            Outcome o = new_outcome(phase, batch, len, mine != nullptr);
             o.status = "skipped";
             o.note = note;
             out.push_back(o);
@@ -183,7 +182,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       const int b = static_cast<int>(batch);
 
       auto point = [&](model::Phase phase, std::int64_t len) {
-        Outcome o = new_outcome(phase, batch, len);
+        Outcome o = new_outcome(phase, batch, len, mine != nullptr);
         const int n = static_cast<int>(len);
         const bool prefill = phase == model::Phase::Prefill;
         if (self.rank == 0)
