@@ -18,7 +18,7 @@ using namespace gpubench::model;
 namespace {
 
 constexpr int kBf16 = 2;
-constexpr std::uint64_t kGiB = 1ULL << 30;
+constexpr std::uint64_t kOneGiB = 1ULL << 30;
 
 std::vector<std::string> names_of(const std::vector<OpCost>& ops) {
   std::vector<std::string> names;
@@ -139,7 +139,7 @@ TEST(ModelCost, Llama3KvCacheUsesGroupedQueryWidth) {
   EXPECT_DOUBLE_EQ(find_op(ops, "attention")->bytes,
                    2.0 * (2.0 * 4 * 4096 + 2.0 * 4 * 8192 * 1024));
   EXPECT_DOUBLE_EQ(find_op(ops, "qkv")->flops, 2.0 * 4 * (4096 + 2 * 1024) * 4096);
-  EXPECT_EQ(memory_plan(llama3, 1, 8192, kBf16).kv_cache_bytes, 1ULL * kGiB);
+  EXPECT_EQ(memory_plan(llama3, 1, 8192, kBf16).kv_cache_bytes, 1ULL * kOneGiB);
 }
 
 TEST(ModelCost, Qwen3HasQkNormAndQwen2HasQkvBias) {
@@ -188,25 +188,25 @@ TEST(ModelCost, MemoryPlanOfLlama2) {
       2048ULL * (3 * 4096 + 2 * 11008) * 2 + 32ULL * 2048 * 4 + 32000ULL * 2;
   EXPECT_EQ(plan.activation_bytes, activations);
   EXPECT_EQ(plan.total_bytes, plan.weight_bytes + plan.kv_cache_bytes + plan.activation_bytes);
-  EXPECT_TRUE(fits(plan, 80 * kGiB));
-  EXPECT_EQ(why_not(plan, 80 * kGiB), "");
+  EXPECT_TRUE(fits(plan, 80 * kOneGiB));
+  EXPECT_EQ(why_not(plan, 80 * kOneGiB), "");
   // 13.7 GiB does not fit in 90% of 15 GiB (13.5 GiB) but does in all of it.
-  EXPECT_FALSE(fits(plan, 15 * kGiB));
-  EXPECT_TRUE(fits(plan, 15 * kGiB, 1.0));
+  EXPECT_FALSE(fits(plan, 15 * kOneGiB));
+  EXPECT_TRUE(fits(plan, 15 * kOneGiB, 1.0));
 }
 
 TEST(ModelCost, Llama2_70bInBf16DoesNotFitIn80GB) {
   const MemoryPlan plan = memory_plan(load_preset("llama-2-70b"), 1, 4096, kBf16);
   EXPECT_GT(plan.weight_bytes, 130e9);
   EXPECT_EQ(plan.kv_cache_bytes, 2ULL * 80 * 4096 * 1024 * 2);  // GQA: 8 KV heads
-  EXPECT_FALSE(fits(plan, 80 * kGiB));
-  const std::string reason = why_not(plan, 80 * kGiB);
+  EXPECT_FALSE(fits(plan, 80 * kOneGiB));
+  const std::string reason = why_not(plan, 80 * kOneGiB);
   EXPECT_EQ(reason.rfind("needs " + format_bytes(plan.total_bytes) + " (weights 128.", 0), 0u)
       << reason;
   EXPECT_NE(reason.find("GPU has 80 GiB free"), std::string::npos) << reason;
   EXPECT_NE(reason.find("KV cache 1.25 GiB"), std::string::npos) << reason;
-  EXPECT_THROW(fits(plan, 80 * kGiB, 0.0), InputError);
-  EXPECT_THROW(fits(plan, 80 * kGiB, 1.5), InputError);
+  EXPECT_THROW(fits(plan, 80 * kOneGiB, 0.0), InputError);
+  EXPECT_THROW(fits(plan, 80 * kOneGiB, 1.5), InputError);
 }
 
 TEST(ModelCost, Rooflines) {

@@ -44,4 +44,10 @@ inline double TFLOPs(double flops, double seconds) {
   return flops / seconds / 1e12;
 }
 
+// Report units: bytes in a GiB, and seconds as milliseconds.
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline double ms(double seconds) {
+  return seconds * 1e3;
+}
+
 }  // namespace gpubench

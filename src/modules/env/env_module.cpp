@@ -15,12 +15,12 @@
 #include "gpubench/core/nvml.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/units.hpp"
 
 namespace gpubench {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string gpu_label(int index) {

@@ -25,12 +25,6 @@ namespace {
 
 using namespace pp;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-double ms(double s) {
-  return s * 1e3;
-}
-
 class PpModule final : public ResolvingModule<Options, Settings> {
  public:
   std::string name() const override { return "pp"; }
@@ -57,9 +51,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 8)")
         ->capture_default_str();
     app.add_option("--workload", opts_.workload, "inference, training or both (default both)");
-    app.add_option("--transfers", opts_.transfers,
-                   "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
-                   "ordered by flags in GPU memory, no SMs; one process with peer access, 2 stages)")
+    app.add_option(
+           "--transfers", opts_.transfers,
+           "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
+           "ordered by flags in GPU memory, no SMs; one process with peer access, 2 stages)")
         ->capture_default_str();
     app.add_option("--timeout", opts_.timeout,
                    "Seconds without progress (every stage past a barrier) before gpubench ends "

@@ -22,12 +22,6 @@ namespace {
 
 using namespace seqlen;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-double ms(double s) {
-  return s * 1e3;
-}
-
 class SeqlenModule final : public ResolvingModule<Options, Settings> {
  public:
   std::string name() const override { return "seqlen"; }

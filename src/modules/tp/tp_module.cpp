@@ -21,12 +21,6 @@ namespace {
 
 using namespace tp;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-double ms(double s) {
-  return s * 1e3;
-}
-
 // nccl-tests' all-reduce bus factor: what each rank's links carry per byte reduced.
 double allreduce_bus_factor(int t) {
   return t > 1 ? 2.0 * (t - 1) / t : 0.0;
@@ -122,9 +116,10 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     for (std::size_t i = 0; i < gpus.size(); ++i)
       for (std::size_t j = i + 1; j < gpus.size(); ++j)
         if (const Link* l = ctx.system().link(gpus[i], gpus[j]); l && !l->p2p_access)
-          report.warn(fmt::format("GPUs {} and {} have no peer access: the run goes on over "
-                                  "whatever NCCL uses between them",
-                                  gpus[i], gpus[j]));
+          report.warn(
+              fmt::format("GPUs {} and {} have no peer access: the run goes on over "
+                          "whatever NCCL uses between them",
+                          gpus[i], gpus[j]));
     report.extra["process_model"] = proc.mpi
                                         ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
@@ -149,7 +144,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     std::map<int, std::vector<Outcome>> by_t;
     for (int t : degrees) {
       if (Context::interrupted()) break;
-      if (auto group = leading_ranks(ctx, t, "--tp")) by_t[t] = run_degree(ctx, s, t, *group, reference);
+      if (auto group = leading_ranks(ctx, t, "--tp"))
+        by_t[t] = run_degree(ctx, s, t, *group, reference);
       if (world) world->barrier();
     }
     for (const auto& [t, outcomes] : by_t)
