@@ -191,6 +191,11 @@ void RankGroup::barrier() {
   note_progress();  // every rank got here
 }
 
+bool RankGroup::any(int rank, bool value) {
+  const std::vector<double> all = all_gather(rank, value ? 1.0 : 0.0);
+  return std::any_of(all.begin(), all.end(), [](double v) { return v != 0; });
+}
+
 void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {

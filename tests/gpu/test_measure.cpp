@@ -118,6 +118,8 @@ TEST(RankGroup, BarrierGatherAndMaxOverRanks) {
     const auto all = group.all_gather(self.rank, self.rank * 10.0);
     ASSERT_EQ(static_cast<int>(all.size()), n);
     for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], r * 10.0);
+    EXPECT_TRUE(group.any(self.rank, self.rank == n - 1));  // one rank says yes
+    EXPECT_FALSE(group.any(self.rank, false));
     // The last rank is slowest: every rank must report its time.
     const std::uint64_t ns = self.rank == n - 1 ? 300000 : 50000;
     results[self.rank] = group.measure(

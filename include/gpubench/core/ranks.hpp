@@ -53,6 +53,8 @@ class RankGroup {
   void barrier();
   // Every rank contributes `value`; every rank gets all of them, in rank order.
   std::vector<double> all_gather(int rank, double value);
+  // Whether `value` holds on any rank: every rank gives its own and gets the same answer.
+  bool any(int rank, bool value);
   // Copies `bytes` at `data` of rank `root` into `data` of every rank (e.g. an NCCL unique id).
   void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 

@@ -127,10 +127,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         copied ? static_cast<model::TpCollectives*>(copied.get()) : small;
     cudaStream_t st = self.stream->get();
     // Every rank must run the same sequence of collectives: stop only where all agree.
-    auto stop = [&] {
-      const auto seen = group.all_gather(self.rank, Context::interrupted() ? 1.0 : 0.0);
-      return std::any_of(seen.begin(), seen.end(), [](double v) { return v != 0; });
-    };
+    auto stop = [&] { return group.any(self.rank, Context::interrupted()); };
     for (std::int64_t batch : s.batch_sizes) {
       if (stop()) break;
       model::EngineOptions eo;
@@ -300,8 +297,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         // times that say nothing): the point fails.
         if (mine) {
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-          const auto late = group.all_gather(self.rank, mine->timed_out(self.rank) ? 1.0 : 0.0);
-          if (std::any_of(late.begin(), late.end(), [](double v) { return v != 0; })) {
+          if (group.any(self.rank, mine->timed_out(self.rank))) {
             o.status = "failed";
             o.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
           }

@@ -68,8 +68,7 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
     ok = d != device && cudaDeviceCanAccessPeer(&can, device, d) == cudaSuccess && can != 0;
   }
   (void)cudaGetLastError();  // a peer GPU this process cannot see is a "no", not an error
-  const std::vector<double> oks = group.all_gather(rank, ok ? 1.0 : 0.0);
-  if (std::any_of(oks.begin(), oks.end(), [](double v) { return v == 0; })) return nullptr;
+  if (group.any(rank, !ok)) return nullptr;
 
   std::unique_ptr<OneShotGroup> g(new OneShotGroup());
   g->devices_ = devices;
@@ -116,9 +115,7 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
     p.flags[j] = static_cast<unsigned int*>(words);
   }
   (void)cudaGetLastError();
-  const std::vector<double> maps = group.all_gather(rank, mapped ? 1.0 : 0.0);
-  if (std::any_of(maps.begin(), maps.end(), [](double v) { return v == 0; }))
-    return nullptr;  // what was mapped is closed by the destructor
+  if (group.any(rank, !mapped)) return nullptr;  // what was mapped is closed by the destructor
   unsigned int* mine = g->words_.back().as<unsigned int>();
   p.counter = mine + one_shot_counter_index(t);
   p.error = mine + one_shot_error_index(t);
