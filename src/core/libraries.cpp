@@ -29,8 +29,15 @@ std::string nccl_library_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 
-NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank) {
-  GPB_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
+NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas) {
+  if (max_ctas <= 0) {
+    GPB_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
+    return;
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 1;
+  config.maxCTAs = max_ctas;
+  GPB_NCCL_CHECK(ncclCommInitRankConfig(&comm_, nranks, id, rank, &config));
 }
 
 NcclComm::~NcclComm() {

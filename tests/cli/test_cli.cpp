@@ -121,6 +121,8 @@ TEST(Cli, PpBadInput) {
   expect_bad_input(run("pp --pp 2 --schedule interleaved --chunks 3"), "--chunks");
   expect_bad_input(run("pp --workload sideways"), "--workload: 'sideways'");
   expect_bad_input(run("pp --timeout 0"), "--timeout must be greater than 0 seconds");
+  expect_bad_input(run("pp --nccl-ctas 100"), "--nccl-ctas: 100 is outside 0..64");
+  expect_bad_input(run("pp --stage-split quarter"), "--stage-split: 'quarter'");
   expect_bad_input(run("pp --model no-such-model"), "no-such-model");
 }
 

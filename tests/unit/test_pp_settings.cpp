@@ -99,6 +99,24 @@ TEST(PpSettings, BadInput) {
   EXPECT_EQ(resolve_settings(o, false, 4).transfers, "copy-engine");
   o.transfers = "pigeon";
   EXPECT_EQ(err(o), "--transfers: 'pigeon' is not nccl or copy-engine");
+  // --nccl-ctas
+  o = Options{};
+  EXPECT_EQ(resolve_settings(o, false, 4).nccl_ctas, 0);
+  o.nccl_ctas = 8;
+  EXPECT_EQ(resolve_settings(o, false, 4).to_json()["nccl_ctas"], 8);
+  o.nccl_ctas = -1;
+  EXPECT_EQ(err(o), "--nccl-ctas: -1 is outside 0..64 (0: NCCL's own choice)");
+  o.nccl_ctas = 65;
+  EXPECT_EQ(err(o), "--nccl-ctas: 65 is outside 0..64 (0: NCCL's own choice)");
+  // --stage-split
+  o = Options{};
+  EXPECT_FALSE(resolve_settings(o, false, 4).half_layers);
+  EXPECT_EQ(resolve_settings(o, false, 4).to_json()["stage_split"], "layer");
+  o.stage_split = "Half-Layer";
+  EXPECT_TRUE(resolve_settings(o, false, 4).half_layers);
+  EXPECT_EQ(resolve_settings(o, false, 4).to_json()["stage_split"], "half-layer");
+  o.stage_split = "quarter";
+  EXPECT_EQ(err(o), "--stage-split: 'quarter' is not layer or half-layer");
   // --timeout
   o = Options{};
   EXPECT_EQ(resolve_settings(o, false, 4).timeout_s, 600);

@@ -50,6 +50,31 @@ TEST(PpTraining, StageWorkByHand) {
   EXPECT_DOUBLE_EQ(l.forward_flops, w.forward_flops + head);
   EXPECT_DOUBLE_EQ(l.backward_flops, w.backward_flops + 2 * head);
   EXPECT_EQ(l.saved_bytes, w.saved_bytes + static_cast<std::uint64_t>(2 * rows * 4096 * 2));
+
+  // Half-layers: the attention half has qkv, the output projection and attention; the MLP half
+  // the MLP's linears. Even blocks are attention halves.
+  const double attention_gemm = 2 * rows * (12288.0 * 4096 + 4096.0 * 4096);
+  const double mlp_gemm = gemm - attention_gemm;
+  const StageWork a = stage_work_blocks(m, 0, 1, false, 2, 1024, 2);
+  EXPECT_DOUBLE_EQ(a.forward_gemm_flops, attention_gemm);
+  EXPECT_DOUBLE_EQ(a.attention_flops, attention);
+  EXPECT_EQ(a.saved_bytes, static_cast<std::uint64_t>(rows * (4096 * 2 + 12288 + 4096) * 2.0));
+  const StageWork mlp = stage_work_blocks(m, 5, 1, false, 2, 1024, 2);
+  EXPECT_DOUBLE_EQ(mlp.forward_gemm_flops, mlp_gemm);
+  EXPECT_DOUBLE_EQ(mlp.attention_flops, 0.0);
+  EXPECT_DOUBLE_EQ(mlp.backward_flops, 2 * mlp_gemm);
+  EXPECT_EQ(mlp.saved_bytes, static_cast<std::uint64_t>(rows * (4096 * 2 + 22016 + 11008) * 2.0));
+  EXPECT_EQ(a.saved_bytes + mlp.saved_bytes, static_cast<std::uint64_t>(rows * per_row));
+  // 5 blocks from block 1 on (an MLP half first): MLP, attention, MLP, attention, MLP; with
+  // the LM head.
+  const StageWork odd = stage_work_blocks(m, 1, 5, true, 2, 1024, 2);
+  EXPECT_DOUBLE_EQ(odd.forward_gemm_flops, 2 * attention_gemm + 3 * mlp_gemm);
+  EXPECT_DOUBLE_EQ(odd.attention_flops, 2 * attention);
+  EXPECT_DOUBLE_EQ(odd.forward_flops, 2 * attention_gemm + 3 * mlp_gemm + 2 * attention + head);
+  // Whole layers are even block counts.
+  const StageWork w2 = stage_work_blocks(m, 0, 6, false, 2, 1024, 2);
+  EXPECT_DOUBLE_EQ(w2.forward_flops, w.forward_flops);
+  EXPECT_EQ(w2.saved_bytes, w.saved_bytes);
 }
 
 // The forward counts agree with the seqlen cost model's prefill of the same tokens.
@@ -92,6 +117,8 @@ TEST(PpTraining, BadInput) {
   EXPECT_THROW(stage_work(m, 1, false, 0, 1, 2), InputError);
   EXPECT_THROW(stage_work(m, 1, false, 1, 0, 2), InputError);
   EXPECT_THROW(stage_work(m, 1, false, 1, 1, 3), InputError);
+  EXPECT_THROW(stage_work_blocks(m, -1, 1, false, 1, 1, 2), InputError);
+  EXPECT_THROW(stage_work_blocks(m, 0, 0, false, 1, 1, 2), InputError);
   EXPECT_THROW(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), -1), InputError);
   EXPECT_EQ(peak_saved_bytes(stage_work(m, 1, false, 1, 1, 2), 0), 0u);
 }
@@ -117,33 +144,44 @@ TEST(PpInference, StageLayers) {
   EXPECT_THROW(inference_stage_layers(s, 7), InputError);
 }
 
-// Training stages: every layer placed once; the LM head's work (about 0.65 of a llama-2-7b
-// layer's) leaves llama-2-7b's stages equal; interleaved
-// stages hold layers / p each (v chunks of layers / (p v)).
-TEST(PpTraining, TrainingStageLayers) {
+// Training stages by FLOPs: every half-layer placed once, whole layers by default. llama-2-7b's
+// LM head (about 0.63 of a layer's work at 1024 tokens) leaves 16 / 16 layers the best whole
+// split (16 / 16.63 layers' worth); --stage-split half-layer moves the attention half of layer
+// 16 onto the first stage: 16.5 / 15.5 layers (33 / 31 blocks: 16.35 / 16.28 layers' worth).
+// Interleaved stages hold layers / p each (v chunks of layers / (p v)).
+TEST(PpTraining, TrainingStageBlocks) {
   Options o;
-  for (const char* p : {"2", "4"}) {
-    o.pp = p;
-    const Settings s = resolve_settings(o, false, 4);
-    const int stages = std::stoi(p);
-    const std::vector<int> l = training_stage_layers(s, stages, Schedule::OneFOneB);
-    ASSERT_EQ(l.size(), static_cast<std::size_t>(stages));
-    int sum = 0;
-    for (int x : l) sum += x;
-    EXPECT_EQ(sum, 32);
-    EXPECT_LE(l.back(), l.front());
-    EXPECT_EQ(l, std::vector<int>(static_cast<std::size_t>(stages), 32 / stages));
-    EXPECT_EQ(training_stage_layers(s, stages, Schedule::Interleaved),
-              std::vector<int>(static_cast<std::size_t>(stages), 32 / stages));
-  }
+  o.pp = "2";
+  Settings s = resolve_settings(o, false, 4);
+  EXPECT_EQ(training_stage_blocks(s, 2, Schedule::GPipe), (std::vector<int>{32, 32}));
+  s.half_layers = true;
+  EXPECT_EQ(training_stage_blocks(s, 2, Schedule::OneFOneB), (std::vector<int>{33, 31}));
+  EXPECT_EQ(stage_layers_text(training_stage_blocks(s, 2, Schedule::GPipe)), "16.5/15.5");
+  for (bool halves : {false, true})
+    for (int stages : {2, 4}) {
+      s.half_layers = halves;
+      const std::vector<int> b = training_stage_blocks(s, stages, Schedule::OneFOneB);
+      ASSERT_EQ(b.size(), static_cast<std::size_t>(stages));
+      int sum = 0;
+      for (int x : b) {
+        sum += x;
+        if (!halves) {
+          EXPECT_EQ(x % 2, 0);
+        }
+      }
+      EXPECT_EQ(sum, 64);
+      EXPECT_LE(b.back(), b.front());
+      EXPECT_EQ(training_stage_blocks(s, stages, Schedule::Interleaved),
+                std::vector<int>(static_cast<std::size_t>(stages), 64 / stages));
+    }
   // A head as heavy as several layers moves layers off the last stage: opt-125m's LM head
   // (50272 x 768) is about 4.8 of its layers' work at 1024 tokens, so 12 layers split 8 / 4
-  // (the slowest stage 8.8 layers' worth; 9 / 3 would make it 9).
+  // whole (the slowest stage 8.8 layers' worth; 9 / 3 would make it 9).
   o = Options{};
   o.model = "opt-125m";
   o.pp = "2";
-  const Settings s = resolve_settings(o, false, 4);
-  EXPECT_EQ(training_stage_layers(s, 2, Schedule::GPipe), (std::vector<int>{8, 4}));
+  s = resolve_settings(o, false, 4);
+  EXPECT_EQ(training_stage_blocks(s, 2, Schedule::GPipe), (std::vector<int>{16, 8}));
 }
 
 // Stages from costs: the embedding and the head weigh on the first and last stage as extra
@@ -165,11 +203,45 @@ TEST(PpStages, StagesFromCosts) {
   EXPECT_EQ(stages_from_costs(c, 8, 4), (std::vector<int>{2, 2, 2, 2}));
   EXPECT_THROW(stages_from_costs(c, 3, 4), InputError);
 
-  c = StageCosts{2.1e-3, 1e-5, 1.3e-3, true};
+  c = StageCosts{};
+  c.layer = 2.1e-3;
+  c.embed = 1e-5;
+  c.head = 1.3e-3;
+  c.measured = true;
   EXPECT_EQ(c.describe(),
             "measured: layer 2.100 ms, embedding 0.010 ms, head 1.300 ms (one sequence)");
-  c = StageCosts{2.0, 0.0, 1.3, false};
+  c.attention = 0.7e-3;
+  EXPECT_EQ(c.describe(),
+            "measured: layer 2.100 ms (attention half 0.700 ms), embedding 0.010 ms, head "
+            "1.300 ms (one sequence)");
+  c = StageCosts{};
+  c.layer = 2.0;
+  c.head = 1.3;
   EXPECT_EQ(c.describe(), "by FLOPs: head 0.65 of a layer");
+  c.attention = 0.66;
+  EXPECT_EQ(c.describe(), "by FLOPs: head 0.65 of a layer, attention half 0.33");
+}
+
+// Half-layer stages: blocks costing attention and layer - attention by turns. 4 layers of
+// 1 + 2 with a head of 3 on the last stage: 5 / 3 blocks (7 and 8), where whole layers can do
+// no better than 9 on one stage. Without an attention share inside (0, layer): whole layers.
+TEST(PpStages, StageBlocksFromCosts) {
+  StageCosts c;
+  c.layer = 3;
+  c.attention = 1;
+  EXPECT_EQ(stage_blocks_from_costs(c, 4, 2), (std::vector<int>{4, 4}));
+  c.head = 3;
+  EXPECT_EQ(stage_blocks_from_costs(c, 4, 2), (std::vector<int>{5, 3}));
+  EXPECT_EQ(stage_layers_text({5, 3}), "2.5/1.5");
+  EXPECT_EQ(stage_layers_text({32, 32}), "16/16");
+  EXPECT_EQ(stage_layers_text({1, 3, 4}), "0.5/1.5/2");
+  std::vector<int> whole = stages_from_costs(c, 4, 2);
+  for (int& b : whole) b *= 2;
+  for (double a : {0.0, 3.0, -1.0}) {
+    c.attention = a;
+    EXPECT_EQ(stage_blocks_from_costs(c, 4, 2), whole) << a;
+  }
+  EXPECT_THROW(stage_blocks_from_costs(c, 4, 0), InputError);
 }
 
 // The FLOP costs are what the FLOP-based splits use: the same layers per stage either way.
@@ -182,11 +254,13 @@ TEST(PpStages, FlopCostsGiveTheFlopSplits) {
   EXPECT_FALSE(t.measured);
   EXPECT_GT(t.layer, 0);
   EXPECT_NEAR(t.head / t.layer, 4.8, 0.2);  // opt-125m's LM head, as above
-  EXPECT_EQ(training_stage_layers(s, 2, Schedule::GPipe, t), (std::vector<int>{8, 4}));
+  EXPECT_GT(t.attention, 0.2 * t.layer);
+  EXPECT_LT(t.attention, 0.5 * t.layer);
+  EXPECT_EQ(training_stage_blocks(s, 2, Schedule::GPipe, t), training_stage_blocks(s, 2, Schedule::GPipe));
   EXPECT_EQ(stages_from_costs(inference_flop_costs(s), s.layers, 2), inference_stage_layers(s, 2));
   // Interleaved ignores the costs: equal chunks.
   Options oi;
   oi.pp = "2";
   const Settings si = resolve_settings(oi, false, 4);
-  EXPECT_EQ(training_stage_layers(si, 2, Schedule::Interleaved, t), (std::vector<int>{16, 16}));
+  EXPECT_EQ(training_stage_blocks(si, 2, Schedule::Interleaved, t), (std::vector<int>{32, 32}));
 }

@@ -25,8 +25,9 @@ std::string nccl_library_version();
 class NcclComm {
  public:
   NcclComm() = default;
-  // Joins the communicator `id` as `rank` of `nranks` on the current device.
-  NcclComm(const ncclUniqueId& id, int nranks, int rank);
+  // Joins the communicator `id` as `rank` of `nranks` on the current device. max_ctas > 0 caps
+  // the CTAs (channels) NCCL may run an operation on (ncclConfig_t::maxCTAs); 0: NCCL's choice.
+  NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas = 0);
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
   NcclComm& operator=(NcclComm&& o) noexcept {

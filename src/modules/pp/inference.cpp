@@ -109,7 +109,7 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
     if (p > 1) {
       if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
       group.broadcast(self.rank, &id, sizeof(id));
-      comm = NcclComm(id, p, self.rank);
+      comm = NcclComm(id, p, self.rank, s.nccl_ctas);
     }
     const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
     // Stages balanced by measured time: rank 0 times a layer, the embedding and the head on its

@@ -97,7 +97,8 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
       tp_comm = NcclComm(ids[static_cast<std::size_t>(replica * l.pp + stage)], l.tp, trank);
     if (l.pp > 1)
       pp_comm =
-          NcclComm(ids[static_cast<std::size_t>(tp_groups + replica * l.tp + trank)], l.pp, stage);
+          NcclComm(ids[static_cast<std::size_t>(tp_groups + replica * l.tp + trank)], l.pp, stage,
+                   s.nccl_ctas);
     std::unique_ptr<tp::NcclTpCollectives> collectives;
     if (l.tp > 1) collectives = std::make_unique<tp::NcclTpCollectives>(tp_comm.get());
 

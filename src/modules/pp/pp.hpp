@@ -44,6 +44,8 @@ struct Options {
   std::string workload;         // inference, training or both (default both)
   std::string layout_batches;   // the layouts' batch sizes (default 1 and --batch)
   std::string transfers = "nccl";  // training's stage-to-stage transfers: nccl or copy-engine
+  int nccl_ctas = 0;               // > 0: the CTAs NCCL may use for a stage-to-stage transfer
+  std::string stage_split = "layer";  // training stages' boundaries: layer or half-layer
   double timeout = 600;            // seconds without progress before a stuck run is ended
 };
 
@@ -61,6 +63,8 @@ struct Settings {
   bool inference = true, training = true;
   std::vector<int> layout_batches;  // ascending, unique
   std::string transfers = "nccl";   // nccl or copy-engine
+  int nccl_ctas = 0;                // 0: NCCL's own choice
+  bool half_layers = false;         // training stages may end between a layer's halves
   double timeout_s = 600;           // the watchdog's limit (no rank group passing a barrier)
   std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
@@ -164,16 +168,31 @@ std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, doubl
 // prefill; training: a forward and a backward. Seconds when measured on a GPU, else FLOPs.
 struct StageCosts {
   double layer = 0, embed = 0, head = 0;
+  // Of `layer`, its attention half (see stage_blocks_from_costs); the rest is its MLP half.
+  // 0: not known.
+  double attention = 0;
   bool measured = false;
-  // "measured: layer 2.100 ms, embedding 0.010 ms, head 1.300 ms (one sequence)", or "by FLOPs:
-  // head 0.65 of a layer".
+  // "measured: layer 2.100 ms (attention half 0.700 ms), embedding 0.010 ms, head 1.300 ms (one
+  // sequence)", or "by FLOPs: head 0.65 of a layer, attention half 0.33".
   std::string describe() const;
 };
 // Layers per stage: balance_stages over `layers` layers of c.layer each, c.embed on the first
 // stage and c.head on the last.
 std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p);
-// The costs every rank of `group` splits by: `measure` run on rank 0 only, its layer, embedding
-// and head broadcast to the others. Every rank calls it, inside group.run().
+// Half-layers ("blocks"): decoder layer l is block 2l, its attention half (input norm, qkv,
+// attention, output projection, residual), then block 2l + 1, its MLP half (post-attention norm,
+// MLP, residual). What flows between any two blocks is the residual stream, [tokens, hidden]: a
+// stage boundary inside a layer sends what one between layers does, and lets the stages even
+// out the LM head's work on the last one.
+// Blocks per stage: balance_stages over 2 x layers blocks costing c.attention and c.layer -
+// c.attention by turns, c.embed on the first stage and c.head on the last; whole layers (an
+// even count each) when c.attention is not inside (0, c.layer).
+std::vector<int> stage_blocks_from_costs(const StageCosts& c, int layers, int p);
+// Layers per stage from blocks per stage: "16.5/15.5".
+std::string stage_layers_text(const std::vector<int>& blocks);
+// The costs every rank of `group` splits by: `measure` run on rank 0 only, its layer, its
+// attention half, embedding and head broadcast to the others. Every rank calls it, inside
+// group.run().
 StageCosts agreed_stage_costs(RankGroup& group, int rank,
                               const std::function<StageCosts()>& measure);
 
@@ -213,6 +232,14 @@ struct StageWork {
 // layers < 1, sequences < 1, seq_len < 1 or elem_bytes not 1, 2 or 4.
 StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
                      std::int64_t seq_len, int elem_bytes);
+// The same for `blocks` half-layers from block `first_block` on (see stage_blocks_from_costs):
+// an attention half has qkv and the output projection, attention, and saves the layer input,
+// the normed input, q k v and the attention output; an MLP half has the MLP's linears and saves
+// the residual after attention, its normed copy, the gate/up output and the activation.
+// stage_work(layers) is stage_work_blocks(0, 2 x layers). InputError also when first_block < 0
+// or blocks < 1.
+StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int blocks, bool last,
+                            std::int64_t sequences, std::int64_t seq_len, int elem_bytes);
 
 // Peak saved activations of a stage under a schedule: the most microbatch-chunks in flight
 // (Timeline::peak_in_flight) times one microbatch's saved bytes. GPipe holds all m, 1F1B at most
@@ -267,18 +294,21 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
 // ---------------------------------------------------------------------------------------------
 // Training on the GPUs (train_run.cpp)
 
-// Decoder layers per stage for training: balance_stages over equal layers, the LM head's
-// forward and backward on the last stage; interleaved: layers / p each (v equal chunks).
-std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch);
-// The same over given costs (interleaved still takes layers / p each).
-std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch,
+// Half-layer blocks per stage for training (see stage_blocks_from_costs): balanced over
+// `costs` (the LM head's forward and backward on the last stage), whole layers unless
+// s.half_layers (then also between a layer's halves); interleaved: 2 x layers / p each (v equal chunks
+// of whole layers).
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch,
                                        const StageCosts& costs);
-// A layer's forward and backward FLOPs for one sequence, the LM head's (over every position),
-// no embedding.
+// The same by training_flop_costs.
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch);
+// A layer's forward and backward FLOPs for one sequence, its attention half's, the LM head's
+// (over every position), no embedding.
 StageCosts training_flop_costs(const Settings& s);
 // The same parts timed on `device`: the forward and backward of one sequence through training
-// stages of embedding + 1 layer, embedding + 1 layer + head and embedding + 2 layers + head
-// (medians of 5), the parts their differences: what run_training balances its stages by.
+// stages of embedding + 1 layer, embedding + 1 layer + head, embedding + 1.5 layers + head and
+// embedding + 2 layers + head (medians of 11), the parts their differences (the attention half
+// by FLOPs where its difference is lost in noise): what run_training balances its stages by.
 StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t stream);
 
 // One measured training step: s.batch sequences of s.seq_len tokens in m microbatches over p
@@ -287,9 +317,10 @@ struct TrainingOutcome {
   Schedule schedule = Schedule::OneFOneB;
   int p = 1, m = 1, v = 1;
   std::string transport = "nccl";  // what carried the stage-to-stage transfers
+  int nccl_ctas = 0;                // the CTAs NCCL transfers were held to (0: NCCL's choice)
   StageCosts balance;               // what the stages were balanced by
   std::int64_t micro_sequences = 0;
-  std::vector<int> stage_layers;
+  std::vector<int> stage_blocks;    // half-layers per stage
   std::string status = "ok", note;
   Measurement step;                          // the whole step, the slowest stage per iteration
   Timeline timeline;                         // one more step's forward and backward spans
@@ -308,8 +339,9 @@ struct TrainingOutcome {
 };
 
 // For every microbatch count of s: each stage's weights (its layers' global indices), one
-// checked step (the qkv gradient GEMMs of each stage against a reference, weight gradients
-// finite, the last transfer each way equal on both sides), the timed steps, and one step with
+// checked step (the gradient GEMMs of the input linear, qkv or the MLP's up, of the first block
+// of each stage's last backward against a reference, weight gradients finite, the last
+// transfer each way equal on both sides), the timed steps, and one step with
 // events for the timeline, the measured bubble, the transfers and the activation peak (the
 // saved activations come from a memory pool whose high-water mark is read). Returns rank 0's
 // outcomes. The group has p ranks.

@@ -56,6 +56,15 @@ class PpModule final : public ResolvingModule<Options, Settings> {
            "Training's stage-to-stage transfers: nccl, or copy-engine (peer copies "
            "ordered by flags in GPU memory, no SMs; one process with peer access, 2 stages)")
         ->capture_default_str();
+    app.add_option("--nccl-ctas", opts_.nccl_ctas,
+                   "CTAs (channels) NCCL may run a stage-to-stage transfer on; its kernels take "
+                   "these SMs from the stage's compute while they wait (0: NCCL's own choice, "
+                   "up to 32 per peer over NVLink)")
+        ->capture_default_str();
+    app.add_option("--stage-split", opts_.stage_split,
+                   "Where training stages may end: layer, or half-layer (also between a layer's "
+                   "attention and its MLP, to even out the LM head's work)")
+        ->capture_default_str();
     app.add_option("--timeout", opts_.timeout,
                    "Seconds without progress (every stage past a barrier) before gpubench ends "
                    "a stuck run (one process): one line on stderr, exit 1, no report")
@@ -172,14 +181,13 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     return resolve_settings(o, quick, /*visible_gpus=*/0);
   }
 
-  // A case's name, its parameters (stages, microbatches, layers per stage as "16/16") and
-  // status; false when it did not run or failed (nothing more to add).
-  static bool begin_case(CaseResult& r, int p, int m, const std::vector<int>& stage_layers,
+  // A case's name, its parameters (stages, microbatches, layers per stage from half-layer
+  // blocks per stage, as "16.5/15.5") and status; false when it did not run or failed (nothing
+  // more to add).
+  static bool begin_case(CaseResult& r, int p, int m, const std::vector<int>& stage_blocks,
                          const std::string& status, const std::string& note) {
     r.name = fmt::format("p{} m{}", p, m);
-    std::string layers;
-    for (int l : stage_layers) layers += (layers.empty() ? "" : "/") + std::to_string(l);
-    r.params = {{"pp", p}, {"microbatches", m}, {"stage_layers", layers}};
+    r.params = {{"pp", p}, {"microbatches", m}, {"stage_layers", stage_layers_text(stage_blocks)}};
     r.status = status;
     r.note = note;
     return status == "ok";
@@ -195,7 +203,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
   // What the stages of a pipeline were balanced by, once per workload, stage count and
   // schedule, into the report's extra data.
   static void note_balance(Report& report, const std::string& workload, int p,
-                           const std::string& schedule, const std::vector<int>& stage_layers,
+                           const std::string& schedule, const std::vector<int>& stage_blocks,
                            const StageCosts& c) {
     if (p < 2) return;
     nlohmann::ordered_json& all = report.extra["stage_balance"];
@@ -205,11 +213,12 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     all.push_back({{"workload", workload},
                    {"pp", p},
                    {"schedule", schedule},
-                   {"stage_layers", stage_layers},
+                   {"stage_layers", stage_layers_text(stage_blocks)},
                    {"measured", c.measured},
                    {"layer_s", c.layer},
                    {"embedding_s", c.embed},
                    {"head_s", c.head},
+                   {"attention_half_s", c.attention},
                    {"by", c.describe()}});
   }
 
@@ -227,8 +236,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.group =
         fmt::format("Inference: {} {} prefill and one decode step, {} layers, batch {} x {} tokens",
                     s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
-    note_balance(report, "inference", o.p, "", o.stage_layers, o.balance);
-    if (!begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note)) {
+    std::vector<int> blocks = o.stage_layers;
+    for (int& b : blocks) b *= 2;
+    note_balance(report, "inference", o.p, "", blocks, o.balance);
+    if (!begin_case(r, o.p, o.m, blocks, o.status, o.note)) {
       report.add(std::move(r));
       return;
     }
@@ -289,10 +300,12 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.group = fmt::format("Training ({}): {} {}, {} layers, batch {} x {} tokens",
                           o.p == 1 ? "one GPU" : to_string(o.schedule), s.model.name, s.dtype,
                           s.layers, s.batch, s.seq_len);
-    note_balance(report, "training", o.p, to_string(o.schedule), o.stage_layers, o.balance);
-    const bool ok = begin_case(r, o.p, o.m, o.stage_layers, o.status, o.note);
+    note_balance(report, "training", o.p, to_string(o.schedule), o.stage_blocks, o.balance);
+    const bool ok = begin_case(r, o.p, o.m, o.stage_blocks, o.status, o.note);
     r.params["schedule"] = to_string(o.schedule);
     if (o.p > 1) r.params["transfers"] = o.transport;
+    if (o.p > 1 && o.transport == "nccl")
+      r.params["nccl_ctas"] = o.nccl_ctas > 0 ? std::to_string(o.nccl_ctas) : "default";
     if (o.v > 1) r.params["chunks"] = o.v;
     if (!ok) {
       report.add(std::move(r));

@@ -42,6 +42,16 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   if (s.transfers != "nccl" && s.transfers != "copy-engine")
     throw InputError(
         fmt::format("--transfers: '{}' is not nccl or copy-engine", trim(o.transfers)));
+  if (o.nccl_ctas < 0 || o.nccl_ctas > 64)
+    throw InputError(
+        fmt::format("--nccl-ctas: {} is outside 0..64 (0: NCCL's own choice)", o.nccl_ctas));
+  s.nccl_ctas = o.nccl_ctas;
+  const std::string split = lower(trim(o.stage_split));
+  if (split == "half-layer")
+    s.half_layers = true;
+  else if (!split.empty() && split != "layer")
+    throw InputError(
+        fmt::format("--stage-split: '{}' is not layer or half-layer", trim(o.stage_split)));
   const std::string workload = lower(trim(o.workload));
   if (workload == "inference")
     s.training = false;
@@ -149,6 +159,8 @@ nlohmann::ordered_json Settings::to_json() const {
           {"layouts", layouts_text},
           {"layout_batches", layout_batches},
           {"transfers", transfers},
+          {"nccl_ctas", nccl_ctas},
+          {"stage_split", half_layers ? "half-layer" : "layer"},
           {"timeout_s", timeout_s},
           {"dtype", dtype},
           {"workload", inference && training ? "both" : (inference ? "inference" : "training")}};

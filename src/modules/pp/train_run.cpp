@@ -96,24 +96,26 @@ struct CePeer {
   int device = -1;
 };
 
-// Offsets, in elements of one row, of what a decoder layer saves for its backward (stage_work's
-// list): layer input, normed input, q|k|v, attention output, mid residual, post-norm input of
-// the MLP, gate|up (or up) output and the activation.
+// Offsets, in elements of one row, of what a half-layer saves for its backward (stage_work_blocks'
+// list), its input first: an attention half the layer input, its normed copy, q|k|v and the
+// attention output; an MLP half the residual after attention, its normed copy, the gate|up (or
+// up) output and the activation.
 struct SavedRow {
-  std::int64_t x_in, xn1, qkv, attn, x_mid, xn2, up, act, per_layer;
+  std::int64_t attention, mlp;   // elements a row, each kind of half
+  std::int64_t xn, qkv, attn;    // attention half (its input at 0)
+  std::int64_t up, act;          // MLP half (its input at 0, its normed copy at xn)
+  std::int64_t of(int block) const { return block % 2 == 0 ? attention : mlp; }
 };
 SavedRow saved_row(const model::ModelConfig& m) {
   const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
   SavedRow r{};
-  r.x_in = 0;
-  r.xn1 = r.x_in + H;
-  r.qkv = r.xn1 + H;
+  r.xn = H;
+  r.qkv = 2 * H;
   r.attn = r.qkv + Q + 2 * KV;
-  r.x_mid = r.attn + Q;
-  r.xn2 = r.x_mid + H;
-  r.up = r.xn2 + H;
+  r.attention = r.attn + Q;
+  r.up = 2 * H;
   r.act = r.up + (m.gated_mlp ? 2 * I : I);
-  r.per_layer = r.act + I;
+  r.mlp = r.act + I;
   return r;
 }
 
@@ -136,24 +138,27 @@ struct TrainLinear {
   Gemm fwd, dx, dw;
 };
 
-struct TrainLayer {
-  TrainLinear qkv, o, up, down;
-  DeviceBuffer n1, n2;  // norm weights (ones)
+// A half-layer (see stage_blocks_from_costs): attention (in = qkv, out = the output projection)
+// or MLP (in = gate|up or up, out = down), with its norm's weight (ones).
+struct TrainBlock {
+  bool attention = true;
+  TrainLinear in, out;
+  DeviceBuffer norm;
 };
 
-// A pipeline stage's part of the model for training: v chunks of decoder layers (the first
+// A pipeline stage's part of the model for training: v chunks of half-layer blocks (the first
 // chunk of stage 0 starts with the embedding, the last chunk of the last stage ends with the
 // final norm and the LM head), the scratch of one microbatch and a memory pool for the saved
 // activations of the microbatches in flight.
 class TrainStage {
  public:
   TrainStage(const Settings& s, int device, std::vector<int> chunk_first,
-             std::vector<int> chunk_layers, bool first_stage, bool last_stage, std::int64_t seqs)
+             std::vector<int> chunk_blocks, bool first_stage, bool last_stage, std::int64_t seqs)
       : s_(s),
         m_(s.model),
         device_(device),
         first_(std::move(chunk_first)),
-        layers_(std::move(chunk_layers)),
+        blocks_(std::move(chunk_blocks)),
         first_stage_(first_stage),
         last_stage_(last_stage),
         seqs_(seqs),
@@ -162,6 +167,12 @@ class TrainStage {
         eb_(static_cast<std::int64_t>(act_bytes(dtype_))),
         row_(saved_row(s.model)),
         attention_(device, model::AttentionPath::Auto) {
+    // Where each block's saved tensors start in a chunk's slab (elements a row), then the end.
+    for (std::size_t c = 0; c < blocks_.size(); ++c) {
+      std::vector<std::int64_t> at{0};
+      for (int i = 0; i < blocks_[c]; ++i) at.push_back(at.back() + row_.of(first_[c] + i));
+      offsets_.push_back(std::move(at));
+    }
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
@@ -176,24 +187,28 @@ class TrainStage {
   TrainStage(const TrainStage&) = delete;
   TrainStage& operator=(const TrainStage&) = delete;
 
-  // Weights (seeded per global layer), gradients, scratch, the GEMM plans; the microbatches'
-  // token ids on the first stage.
+  // Weights (seeded per global layer and linear), gradients, scratch, the GEMM plans; the
+  // microbatches' token ids on the first stage.
   void build(int microbatches, cudaStream_t st) {
     const std::int64_t H = m_.hidden_size, Q = m_.q_dim(), KV = m_.kv_dim(),
                        I = m_.intermediate_size, V = m_.vocab_size, R = rows_;
     const std::int64_t U = m_.gated_mlp ? 2 * I : I;
     ws_ = DeviceBuffer(device_, gemm_workspace_bytes(9));
-    for (std::size_t c = 0; c < layers_.size(); ++c) {
-      for (int l = 0; l < layers_[c]; ++l) {
-        const std::uint64_t g = static_cast<std::uint64_t>(first_[c] + l);
-        TrainLayer L;
-        make_linear(L.qkv, Q + 2 * KV, H, 100 * g + 1, st);
-        make_linear(L.o, H, Q, 100 * g + 2, st);
-        make_linear(L.up, U, H, 100 * g + 3, st);
-        make_linear(L.down, H, I, 100 * g + 4, st);
-        L.n1 = ones(H, st);
-        L.n2 = ones(H, st);
-        layers_w_.push_back(std::move(L));
+    for (std::size_t c = 0; c < blocks_.size(); ++c) {
+      for (int i = 0; i < blocks_[c]; ++i) {
+        const int k = first_[c] + i;
+        const std::uint64_t g = static_cast<std::uint64_t>(k / 2);
+        TrainBlock B;
+        B.attention = k % 2 == 0;
+        if (B.attention) {
+          make_linear(B.in, Q + 2 * KV, H, 100 * g + 1, st);
+          make_linear(B.out, H, Q, 100 * g + 2, st);
+        } else {
+          make_linear(B.in, U, H, 100 * g + 3, st);
+          make_linear(B.out, H, I, 100 * g + 4, st);
+        }
+        B.norm = ones(H, st);
+        blocks_w_.push_back(std::move(B));
       }
     }
     if (first_stage_) {
@@ -229,7 +244,7 @@ class TrainStage {
   }
   // Bytes saved per microbatch through chunk c.
   std::uint64_t slab_bytes(int c) const {
-    std::int64_t elems = layers_[static_cast<std::size_t>(c)] * row_.per_layer;
+    std::int64_t elems = offsets_[static_cast<std::size_t>(c)].back();
     if (has_head(c)) elems += 2 * m_.hidden_size;  // the final norm's input and output
     return static_cast<std::uint64_t>(rows_ * elems * eb_);
   }
@@ -245,7 +260,7 @@ class TrainStage {
     GPB_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &zero));
   }
   bool has_embed(int c) const { return first_stage_ && c == 0; }
-  bool has_head(int c) const { return last_stage_ && c + 1 == static_cast<int>(layers_.size()); }
+  bool has_head(int c) const { return last_stage_ && c + 1 == static_cast<int>(blocks_.size()); }
 
   // Saved activations of one microbatch through chunk c, from the pool, in stream order.
   unsigned char* allocate(int c, cudaStream_t st) {
@@ -259,41 +274,50 @@ class TrainStage {
 
   // Where chunk c's input goes in its slab ([rows, H]): copied there from the receive buffer,
   // or written by the embedding.
-  unsigned char* input_of(unsigned char* slab) const { return at(slab, 0, row_.x_in); }
+  unsigned char* input_of(unsigned char* slab) const { return at(slab, 0, 0); }
 
   // Forward of microbatch mb through chunk c: the embedding first on the first chunk of stage 0
-  // (else the input is in the slab already), every layer, the output into `out` (not on the
+  // (else the input is in the slab already), every block, the output into `out` (not on the
   // model's last chunk, whose LM head writes logits_).
   void forward(int c, int mb, unsigned char* slab, void* out, cudaStream_t st) {
     const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
     if (has_embed(c))
       embedding_lookup(input_of(slab), embed_.get(), ids_.as<std::int32_t>() + mb * R, R,
                        static_cast<int>(H), nullptr, nullptr, dtype_, st);
-    const int n = layers_[static_cast<std::size_t>(c)];
-    for (int l = 0; l < n; ++l) {
-      const TrainLayer& L = layer(c, l);
-      const Saved v = saved(slab, l);
-      rms_norm(v.xn1, v.xi, L.n1.get(), R, static_cast<int>(H), eps(), dtype_, st);
-      L.qkv.fwd.run(L.qkv.w.get(), v.xn1, v.qkv, ws_.get(), st);
-      AttentionArgs a = attention_args(false);
-      set_qkv(a, v.qkv, v.attn);
-      attention_.run(a, st);
-      L.o.fwd.run(L.o.w.get(), v.attn, v.xm, ws_.get(), st);
-      residual_add(v.xm, v.xi, R * H, dtype_, st);
-      rms_norm(v.xn2, v.xm, L.n2.get(), R, static_cast<int>(H), eps(), dtype_, st);
-      L.up.fwd.run(L.up.w.get(), v.xn2, v.up, ws_.get(), st);
-      if (m_.gated_mlp)
-        swiglu(v.act, v.up, R, static_cast<int>(I), dtype_, st);
-      else
-        gelu(v.act, v.up, R * I, true, dtype_, st);
-      // The layer's output: the next layer's saved input, or the chunk's output.
-      const bool last = l + 1 == n;
-      void* y = last ? (has_head(c) ? at(slab, n, 0) : out) : at(slab, l + 1, row_.x_in);
-      L.down.fwd.run(L.down.w.get(), v.act, y, ws_.get(), st);
-      residual_add(y, v.xm, R * H, dtype_, st);
+    const auto& off = offsets_[static_cast<std::size_t>(c)];
+    const int n = blocks_[static_cast<std::size_t>(c)];
+    for (int i = 0; i < n; ++i) {
+      const TrainBlock& B = block(c, i);
+      const std::int64_t o = off[static_cast<std::size_t>(i)];
+      unsigned char* x = at(slab, o, 0);
+      unsigned char* xn = at(slab, o, row_.xn);
+      // The block's output: the next block's saved input, the final norm's input or the
+      // chunk's output.
+      const std::int64_t next = off[static_cast<std::size_t>(i) + 1];
+      void* y = i + 1 < n || has_head(c) ? static_cast<void*>(at(slab, next, 0)) : out;
+      rms_norm(xn, x, B.norm.get(), R, static_cast<int>(H), eps(), dtype_, st);
+      if (B.attention) {
+        unsigned char* qkv = at(slab, o, row_.qkv);
+        unsigned char* attn = at(slab, o, row_.attn);
+        B.in.fwd.run(B.in.w.get(), xn, qkv, ws_.get(), st);
+        AttentionArgs a = attention_args(false);
+        set_qkv(a, qkv, attn);
+        attention_.run(a, st);
+        B.out.fwd.run(B.out.w.get(), attn, y, ws_.get(), st);
+      } else {
+        unsigned char* up = at(slab, o, row_.up);
+        unsigned char* act = at(slab, o, row_.act);
+        B.in.fwd.run(B.in.w.get(), xn, up, ws_.get(), st);
+        if (m_.gated_mlp)
+          swiglu(act, up, R, static_cast<int>(I), dtype_, st);
+        else
+          gelu(act, up, R * I, true, dtype_, st);
+        B.out.fwd.run(B.out.w.get(), act, y, ws_.get(), st);
+      }
+      residual_add(y, x, R * H, dtype_, st);
     }
     if (has_head(c)) {
-      unsigned char* xf = at(slab, n, 0);
+      unsigned char* xf = at(slab, off.back(), 0);
       unsigned char* xnf = xf + R * H * eb_;
       rms_norm(xnf, xf, nf_.get(), R, static_cast<int>(H), eps(), dtype_, st);
       head_.fwd.run(head_.w.get(), xnf, logits_.get(), ws_.get(), st);
@@ -301,17 +325,19 @@ class TrainStage {
   }
 
   // Backward of microbatch mb through chunk c: from `grad` [rows, H] (received; on the model's
-  // last chunk the logits stand in for the loss gradient), layer by layer in reverse; the
+  // last chunk the logits stand in for the loss gradient), block by block in reverse; the
   // gradient of the chunk's input is left in `grad` (sent on unless this is the first chunk of
-  // stage 0). Weight gradients accumulate. With `check`, the first layer's qkv input-gradient
-  // GEMM and a fresh copy of its weight-gradient GEMM are checked against a reference (tallies
-  // in `tally`) before the slab goes.
+  // stage 0). Weight gradients accumulate. With `check`, the input-gradient GEMM and a fresh
+  // copy of the weight-gradient GEMM of the chunk's first block's input linear (qkv, or the
+  // MLP's up projection) are checked against a reference (tallies in `tally`) before the slab
+  // goes.
   void backward(int c, unsigned char* slab, void* grad, cudaStream_t st, bool accumulate,
                 GemmCheckTally* tally) {
     const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
-    const int n = layers_[static_cast<std::size_t>(c)];
+    const auto& off = offsets_[static_cast<std::size_t>(c)];
+    const int n = blocks_[static_cast<std::size_t>(c)];
     if (has_head(c)) {
-      unsigned char* xf = at(slab, n, 0);
+      unsigned char* xf = at(slab, off.back(), 0);
       unsigned char* xnf = xf + R * H * eb_;
       head_.dx.run(head_.w.get(), logits_.get(), d_xn_.get(), ws_.get(), st);
       head_.dw.run(xnf, logits_.get(), head_.grad.get(), ws_.get(), st, accumulate);
@@ -319,36 +345,42 @@ class TrainStage {
       rms_norm_backward(grad, xf, nf_.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
                         st);
     }
-    for (int l = n - 1; l >= 0; --l) {
-      TrainLayer& L = layer(c, l);
-      const Saved v = saved(slab, l);
-      // MLP: down, activation, up, post-attention norm (into the residual's gradient).
-      L.down.dx.run(L.down.w.get(), grad, d_act_.get(), ws_.get(), st);
-      L.down.dw.run(v.act, grad, L.down.grad.get(), ws_.get(), st, accumulate);
-      if (m_.gated_mlp)
-        swiglu_backward(d_up_.get(), v.up, d_act_.get(), R, static_cast<int>(I), dtype_, st);
-      else
-        gelu_tanh_backward(d_up_.get(), v.up, d_act_.get(), R * I, dtype_, st);
-      L.up.dx.run(L.up.w.get(), d_up_.get(), d_xn_.get(), ws_.get(), st);
-      L.up.dw.run(v.xn2, d_up_.get(), L.up.grad.get(), ws_.get(), st, accumulate);
-      rms_norm_backward(grad, v.xm, L.n2.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
-                        st);
-      // Attention: out projection, the stand-in, qkv, input norm.
-      L.o.dx.run(L.o.w.get(), grad, d_attn_.get(), ws_.get(), st);
-      L.o.dw.run(v.attn, grad, L.o.grad.get(), ws_.get(), st, accumulate);
-      attention_backward_stand_in(v.qkv, st);
-      L.qkv.dx.run(L.qkv.w.get(), d_qkv_.get(), d_xn_.get(), ws_.get(), st);
-      L.qkv.dw.run(v.xn1, d_qkv_.get(), L.qkv.grad.get(), ws_.get(), st, accumulate);
-      if (tally && l == 0) check_linear(L.qkv, v.xn1, tally, st);
-      rms_norm_backward(grad, v.xi, L.n1.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
+    for (int i = n - 1; i >= 0; --i) {
+      TrainBlock& B = block(c, i);
+      const std::int64_t o = off[static_cast<std::size_t>(i)];
+      unsigned char* x = at(slab, o, 0);
+      unsigned char* xn = at(slab, o, row_.xn);
+      void* d_in = nullptr;  // the gradient of the input linear's output
+      if (B.attention) {
+        // Out projection, the stand-in, qkv.
+        B.out.dx.run(B.out.w.get(), grad, d_attn_.get(), ws_.get(), st);
+        B.out.dw.run(at(slab, o, row_.attn), grad, B.out.grad.get(), ws_.get(), st, accumulate);
+        attention_backward_stand_in(at(slab, o, row_.qkv), st);
+        d_in = d_qkv_.get();
+      } else {
+        // Down, activation, up.
+        unsigned char* up = at(slab, o, row_.up);
+        B.out.dx.run(B.out.w.get(), grad, d_act_.get(), ws_.get(), st);
+        B.out.dw.run(at(slab, o, row_.act), grad, B.out.grad.get(), ws_.get(), st, accumulate);
+        if (m_.gated_mlp)
+          swiglu_backward(d_up_.get(), up, d_act_.get(), R, static_cast<int>(I), dtype_, st);
+        else
+          gelu_tanh_backward(d_up_.get(), up, d_act_.get(), R * I, dtype_, st);
+        d_in = d_up_.get();
+      }
+      B.in.dx.run(B.in.w.get(), d_in, d_xn_.get(), ws_.get(), st);
+      B.in.dw.run(xn, d_in, B.in.grad.get(), ws_.get(), st, accumulate);
+      if (tally && i == 0) check_linear(B.in, xn, d_in, tally, st);
+      // The block's norm, into the residual's gradient.
+      rms_norm_backward(grad, x, B.norm.get(), d_xn_.get(), R, static_cast<int>(H), eps(), dtype_,
                         st);
     }
   }
 
   // The first 4096 entries of every weight gradient of the stage are finite.
   bool gradients_finite() const {
-    for (const TrainLayer& L : layers_w_)
-      for (const TrainLinear* t : {&L.qkv, &L.o, &L.up, &L.down}) {
+    for (const TrainBlock& B : blocks_w_)
+      for (const TrainLinear* t : {&B.in, &B.out}) {
         const auto v = model::to_host_values(t->grad.get(), 4096, dtype_);
         for (double x : v)
           if (!std::isfinite(x)) return false;
@@ -358,22 +390,15 @@ class TrainStage {
 
  private:
   float eps() const { return static_cast<float>(m_.norm_eps); }
-  TrainLayer& layer(int c, int l) {
+  TrainBlock& block(int c, int i) {
     int k = 0;
-    for (int j = 0; j < c; ++j) k += layers_[static_cast<std::size_t>(j)];
-    return layers_w_[static_cast<std::size_t>(k + l)];
+    for (int j = 0; j < c; ++j) k += blocks_[static_cast<std::size_t>(j)];
+    return blocks_w_[static_cast<std::size_t>(k + i)];
   }
-  // Layer l's saved tensors in a slab.
-  struct Saved {
-    unsigned char *xi, *xn1, *qkv, *attn, *xm, *xn2, *up, *act;
-  };
-  Saved saved(unsigned char* slab, int l) const {
-    return {at(slab, l, row_.x_in), at(slab, l, row_.xn1),   at(slab, l, row_.qkv),
-            at(slab, l, row_.attn), at(slab, l, row_.x_mid), at(slab, l, row_.xn2),
-            at(slab, l, row_.up),   at(slab, l, row_.act)};
-  }
-  unsigned char* at(unsigned char* slab, int l, std::int64_t col) const {
-    return slab + (static_cast<std::int64_t>(l) * row_.per_layer * rows_ + col * rows_) * eb_;
+  // A saved tensor of a slab: `col` elements a row into the block whose tensors start at
+  // `offset` (each tensor is [rows, width], one after another).
+  unsigned char* at(unsigned char* slab, std::int64_t offset, std::int64_t col) const {
+    return slab + (offset + col) * rows_ * eb_;
   }
   // Elements that stay for the run (counted in fixed_bytes()).
   DeviceBuffer scratch(std::int64_t elems) {
@@ -441,7 +466,9 @@ class TrainStage {
       attention_.run(a, st);
     }
   }
-  void check_linear(const TrainLinear& t, const void* x, GemmCheckTally* tally, cudaStream_t st) {
+  // dX = W^T dY (in d_xn_) and a fresh dW = X^T dY of linear t against a reference.
+  void check_linear(const TrainLinear& t, const void* x, const void* dy, GemmCheckTally* tally,
+                    cudaStream_t st) {
     const GemmTolerance tol = gemm_tolerance(gemm_dtype_of(dtype_));
     const GemmElement e = gemm_type_info(gemm_dtype_of(dtype_)).a;
     GemmCheckArgs dx;
@@ -449,18 +476,18 @@ class TrainStage {
     dx.shape = t.dx.plan->shape();
     dx.tolerance = tol;
     dx.a = t.w.get();
-    dx.b = d_qkv_.get();
+    dx.b = dy;
     dx.d = d_xn_.get();
     dx.entries = 4096;
     check_gemm(dx, tally, st);
     // The weight gradient alone (not accumulated) into a buffer of its own.
-    if (!check_) check_ = DeviceBuffer(device_, t.grad.bytes());
+    if (!check_ || check_.bytes() < t.grad.bytes()) check_ = DeviceBuffer(device_, t.grad.bytes());
     void* dst = check_.get();
-    t.dw.run(x, d_qkv_.get(), dst, ws_.get(), st);
+    t.dw.run(x, dy, dst, ws_.get(), st);
     GemmCheckArgs dw = dx;
     dw.shape = t.dw.plan->shape();
     dw.a = x;
-    dw.b = d_qkv_.get();
+    dw.b = dy;
     dw.d = dst;
     check_gemm(dw, tally, st);
   }
@@ -468,7 +495,8 @@ class TrainStage {
   const Settings& s_;
   const model::ModelConfig& m_;
   int device_;
-  std::vector<int> first_, layers_;
+  std::vector<int> first_, blocks_;             // per chunk: its first global block, its blocks
+  std::vector<std::vector<std::int64_t>> offsets_;  // per chunk: saved_row offsets, then the end
   bool first_stage_, last_stage_;
   std::int64_t seqs_, rows_;
   ActDtype dtype_;
@@ -477,7 +505,7 @@ class TrainStage {
   CublasLtHandle handle_;
   model::AttentionRunner attention_;
   cudaMemPool_t pool_ = nullptr;
-  std::vector<TrainLayer> layers_w_;
+  std::vector<TrainBlock> blocks_w_;
   TrainLinear head_;
   DeviceBuffer embed_, ids_, nf_, logits_, ws_;
   DeviceBuffer d_act_, d_up_, d_xn_, d_attn_, d_qkv_, check_;
@@ -487,36 +515,42 @@ class TrainStage {
 }  // namespace
 
 StageCosts training_flop_costs(const Settings& s) {
-  const StageWork one = stage_work(s.model, 1, false, 1, s.seq_len, 2);
-  const StageWork with_head = stage_work(s.model, 1, true, 1, s.seq_len, 2);
+  auto flops = [&](int blocks, bool head) {
+    const StageWork w = stage_work_blocks(s.model, 0, blocks, head, 1, s.seq_len, 2);
+    return w.forward_flops + w.backward_flops;
+  };
   StageCosts c;
-  c.layer = one.forward_flops + one.backward_flops;
-  c.head = with_head.forward_flops + with_head.backward_flops - c.layer;
+  c.layer = flops(2, false);
+  c.attention = flops(1, false);
+  c.head = flops(2, true) - c.layer;
   return c;
 }
 
-std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch,
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch,
                                        const StageCosts& costs) {
   if (sch == Schedule::Interleaved) {
     // Every chunk alike: layers / (p x chunks) each (resolve_settings checked that it divides).
-    return std::vector<int>(static_cast<std::size_t>(p), s.layers / p);
+    return std::vector<int>(static_cast<std::size_t>(p), 2 * (s.layers / p));
   }
-  // Equal layers; the embedding on the first stage, the LM head's forward and backward on the
-  // last.
-  return stages_from_costs(costs, s.layers, p);
+  // The embedding on the first stage, the LM head's forward and backward on the last.
+  if (s.half_layers) return stage_blocks_from_costs(costs, s.layers, p);
+  std::vector<int> blocks = stages_from_costs(costs, s.layers, p);
+  for (int& b : blocks) b *= 2;
+  return blocks;
 }
 
-std::vector<int> training_stage_layers(const Settings& s, int p, Schedule sch) {
-  return training_stage_layers(s, p, sch, training_flop_costs(s));
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch) {
+  return training_stage_blocks(s, p, sch, training_flop_costs(s));
 }
 
 StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t stream) {
-  constexpr int kRuns = 5;
+  constexpr int kRuns = 11;
   const int two = std::min(2, s.layers);
-  // The forward and backward of one sequence through a stage of the embedding, `layers` layers
-  // and (with `head`) the final norm and LM head: the median of kRuns after one to warm up.
-  auto time_stage = [&](int layers, bool head) {
-    TrainStage ts(s, device, {0}, {layers}, true, head, 1);
+  // The forward and backward of one sequence through a stage of the embedding, `blocks`
+  // half-layers and (with `head`) the final norm and LM head: the median of kRuns after one to
+  // warm up.
+  auto time_stage = [&](int blocks, bool head) {
+    TrainStage ts(s, device, {0}, {blocks}, true, head, 1);
     ts.build(1, stream);
     DeviceBuffer out(device, ts.transfer_bytes()), grad(device, ts.transfer_bytes());
     GPB_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), stream));
@@ -534,14 +568,20 @@ StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t st
     }
     return compute_stats(t).median;
   };
-  const double one = time_stage(1, false), one_head = time_stage(1, true);
+  const double one = time_stage(2, false), one_head = time_stage(2, true);
   // Differences of medians: the small parts (the embedding above all) can come out a little
   // below zero from run-to-run noise; they count as free then, and a layer as `one` at worst.
   StageCosts c;
-  const double layer = two > 1 ? time_stage(two, true) - one_head : one;
+  const double layer = two > 1 ? time_stage(4, true) - one_head : one;
   c.layer = layer > 0 ? layer : one;
   c.head = std::max(0.0, one_head - one);
   c.embed = two > 1 ? std::max(0.0, one - c.layer) : 0.0;
+  // The attention half: 1.5 layers less 1; by the FLOPs' share where that is lost in noise.
+  const double attention = two > 1 ? time_stage(3, true) - one_head : 0.0;
+  const StageCosts by_flops = training_flop_costs(s);
+  c.attention = attention > 0 && attention < c.layer
+                    ? attention
+                    : c.layer * by_flops.attention / by_flops.layer;
   c.measured = true;
   return c;
 }
@@ -589,9 +629,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             ? agreed_stage_costs(group, self.rank,
                                  [&] { return measure_training_costs(s, self.device, st); })
             : training_flop_costs(s);
-    const std::vector<int> stage_layers = training_stage_layers(s, p, sch, balance);
+    const std::vector<int> stage_blocks = training_stage_blocks(s, p, sch, balance);
     if (self.rank == 0 && p > 1 && v == 1)
-      spdlog::info("pp: training stages {} by {}", fmt::join(stage_layers, "/"), balance.describe());
+      spdlog::info("pp: training stages {} layers by {}", stage_layers_text(stage_blocks),
+                   balance.describe());
     std::vector<ncclUniqueId> ids(static_cast<std::size_t>(2 * edges));
     if (self.rank == 0)
       for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -606,12 +647,12 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
     for (int e = 0; e < edges; ++e) {
       const auto E = static_cast<std::size_t>(e);
       if (e == out_edge) {
-        f_out = NcclComm(ids[2 * E], 2, 0);
-        b_out = NcclComm(ids[2 * E + 1], 2, 0);
+        f_out = NcclComm(ids[2 * E], 2, 0, s.nccl_ctas);
+        b_out = NcclComm(ids[2 * E + 1], 2, 0, s.nccl_ctas);
       }
       if (e == in_edge) {
-        f_in = NcclComm(ids[2 * E], 2, 1);
-        b_in = NcclComm(ids[2 * E + 1], 2, 1);
+        f_in = NcclComm(ids[2 * E], 2, 1, s.nccl_ctas);
+        b_in = NcclComm(ids[2 * E + 1], 2, 1, s.nccl_ctas);
       }
     }
 
@@ -624,26 +665,27 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       o.m = m;
       o.v = v;
       o.micro_sequences = seqs;
-      o.stage_layers = stage_layers;
+      o.stage_blocks = stage_blocks;
+      o.nccl_ctas = s.nccl_ctas;
       o.balance = balance;
       o.bubble_theory = theory_bubble(sch, p, m, v);
       if (self.rank == 0)
         spdlog::info("pp: training, {}, {} stages, {} microbatches of {} sequences", to_string(sch),
                      p, m, seqs);
 
-      // The chunks of this stage: global first layer and count.
+      // The chunks of this stage: global first block and count.
       std::vector<int> first, count;
       if (v > 1) {
-        const int per = s.layers / (p * v);
+        const int per = 2 * (s.layers / (p * v));
         for (int c = 0; c < v; ++c) {
           first.push_back((c * p + stage) * per);
           count.push_back(per);
         }
       } else {
         int f = 0;
-        for (int j = 0; j < stage; ++j) f += stage_layers[static_cast<std::size_t>(j)];
+        for (int j = 0; j < stage; ++j) f += stage_blocks[static_cast<std::size_t>(j)];
         first.push_back(f);
-        count.push_back(stage_layers[static_cast<std::size_t>(stage)]);
+        count.push_back(stage_blocks[static_cast<std::size_t>(stage)]);
       }
       TrainStage ts(s, self.device, first, count, stage == 0, stage == p - 1, seqs);
       ts.build(m, st);
@@ -875,7 +917,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         over_ce = true;
       }
 
-      // Checked once: the qkv gradient GEMMs of the stage's last backward against a reference,
+      // Checked once: the gradient GEMMs of the input linear of the first block of the stage's
+      // last backward against a reference,
       // the weight gradients finite, and the last transfer each way equal on both sides.
       GPB_CUDA_CHECK(cudaMemsetAsync(tally.get(), 0, sizeof(GemmCheckTally), st));
       step(st, false, true);
@@ -1033,11 +1076,13 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         o.transfer_s = transfer;
         o.transfer_exposed_s = exposed;
         o.transfers = hops;
-        for (int j = 0; j < p; ++j) {
-          const int layers_j = v > 1 ? s.layers / p : stage_layers[static_cast<std::size_t>(j)];
-          const StageWork w = stage_work(s.model, layers_j, j == p - 1, seqs, s.seq_len,
-                                         static_cast<int>(act_bytes(dtype)));
+        for (int j = 0, first_j = 0; j < p; ++j) {
+          // Interleaved chunks are whole layers: where they start does not change their work.
+          const int blocks_j = stage_blocks[static_cast<std::size_t>(j)];
+          const StageWork w = stage_work_blocks(s.model, v > 1 ? 0 : first_j, blocks_j, j == p - 1,
+                                                seqs, s.seq_len, static_cast<int>(act_bytes(dtype)));
           o.flops += m * (w.forward_flops + w.backward_flops);
+          first_j += blocks_j;
         }
       }
 

@@ -18,22 +18,37 @@ std::vector<Linear> layer_linears(const model::ModelConfig& m) {
 
 StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
                      std::int64_t seq_len, int elem_bytes) {
-  if (layers < 1 || sequences < 1 || seq_len < 1)
-    throw InputError(fmt::format("stage work: layers {}, sequences {} and seq_len {} must be >= 1",
-                                 layers, sequences, seq_len));
+  if (layers < 1)
+    throw InputError(fmt::format("stage work: layers {} must be >= 1", layers));
+  return stage_work_blocks(m, 0, 2 * layers, last, sequences, seq_len, elem_bytes);
+}
+
+StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int blocks, bool last,
+                            std::int64_t sequences, std::int64_t seq_len, int elem_bytes) {
+  if (first_block < 0 || blocks < 1 || sequences < 1 || seq_len < 1)
+    throw InputError(fmt::format(
+        "stage work: first block {}, blocks {}, sequences {} and seq_len {} out of range",
+        first_block, blocks, sequences, seq_len));
   if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
     throw InputError(fmt::format("stage work: element size {} is not 1, 2 or 4", elem_bytes));
+  // Attention halves are the even blocks.
+  const int attention_halves = (first_block + blocks + 1) / 2 - (first_block + 1) / 2;
+  const int mlp_halves = blocks - attention_halves;
   const double rows = static_cast<double>(sequences) * static_cast<double>(seq_len);
   const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
-  StageWork w;
-  double gemm = 0;
-  for (const Linear& l : layer_linears(m)) gemm += 2.0 * rows * l.out * l.in;
+  const std::vector<Linear> linears = layer_linears(m);  // qkv, attn_out | mlp up, mlp down
+  auto flops = [&](std::size_t a, std::size_t b) {
+    double f = 0;
+    for (std::size_t i = a; i < b; ++i) f += 2.0 * rows * linears[i].out * linears[i].in;
+    return f;
+  };
   // Causal pairs per sequence: each query attends to itself and every earlier token.
   const double pairs = static_cast<double>(seq_len) * static_cast<double>(seq_len + 1) / 2.0;
   const double attention =
       4.0 * static_cast<double>(sequences) * m.num_heads * m.head_dim * pairs;
-  w.forward_gemm_flops = layers * gemm;
-  w.attention_flops = layers * attention;
+  StageWork w;
+  w.forward_gemm_flops = attention_halves * flops(0, 2) + mlp_halves * flops(2, linears.size());
+  w.attention_flops = attention_halves * attention;
   w.backward_attention_flops = 2.5 * w.attention_flops;
   w.forward_flops = w.forward_gemm_flops + w.attention_flops;
   w.backward_flops = 2.0 * w.forward_gemm_flops + w.backward_attention_flops;
@@ -43,12 +58,14 @@ StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::in
     w.backward_flops += 2.0 * head;
   }
 
-  // Saved per layer and row: the layer input, the normed input of qkv, q k v, the attention
-  // output, the residual after attention, the post-attention normed input, the gate/up output
-  // and the activation.
-  const std::int64_t per_row = H + H + (Q + 2 * KV) + Q + H + H + (m.gated_mlp ? 2 * I : I) + I;
-  const double layer_bytes = rows * static_cast<double>(per_row) * elem_bytes;
-  double saved = layers * layer_bytes;
+  // Saved per row: by an attention half the layer input, the normed input of qkv, q k v and the
+  // attention output; by an MLP half the residual after attention, its normed copy, the gate/up
+  // output and the activation.
+  const std::int64_t attention_row = H + H + (Q + 2 * KV) + Q;
+  const std::int64_t mlp_row = H + H + (m.gated_mlp ? 2 * I : I) + I;
+  double saved = rows * static_cast<double>(attention_halves * attention_row +
+                                            mlp_halves * mlp_row) *
+                 elem_bytes;
   if (last) saved += 2.0 * rows * static_cast<double>(H) * elem_bytes;  // final norm in and out
   w.saved_bytes = static_cast<std::uint64_t>(saved);
   w.transfer_bytes = static_cast<std::uint64_t>(rows * static_cast<double>(H) * elem_bytes);
