@@ -2,14 +2,14 @@
 # Runs the pipeline-parallel GPU tests and the `gpubench pp` reference runs on a machine with 2 or
 # more GPUs and packs them. Usage: scripts/reference_pp.sh OUT_DIR [MACHINE_NAME]
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_PP_STEPS picks the steps, default
-# "tests full interleaved copy layouts mpi quick"; "mpi" needs mpirun).
+# "tests full ctas interleaved copy layouts mpi quick"; "mpi" needs mpirun).
 set -uo pipefail
 out=${1:?usage: scripts/reference_pp.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
 export NCCL_NVLS_ENABLE=0
 build=${GPUBENCH_BUILD_DIR:-build}
 bin=$PWD/$build/gpubench
-steps=${GPUBENCH_PP_STEPS:-tests full interleaved copy layouts mpi quick}
+steps=${GPUBENCH_PP_STEPS:-tests full ctas interleaved copy layouts mpi quick}
 work=$(mktemp -d)/$machine
 mkdir -p "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
@@ -21,6 +21,10 @@ has tests && timed gpu_test_training_kernels 120 "$build/tests/gpu_test_training
 # The issue's points: llama-2-7b, all layers, 16 x 1024 tokens a step, every stage count the
 # GPUs allow, microbatches 1..16, GPipe and 1F1B, inference and training.
 has full && timed pp_full 600 "$bin" pp --output-dir "$work/pp_full"
+# Training with NCCL held to 8 CTAs a transfer (its own choice is 32 per NVLink peer, which wait
+# on SMs beside the GEMMs), every stage count the GPUs allow.
+has ctas && timed pp_nccl_ctas8 500 "$bin" pp --workload training --microbatches 4,8,16 \
+  --nccl-ctas 8 --output-dir "$work/pp_nccl_ctas8"
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 # Interleaved 1F1B (2 chunks a stage) on every GPU, microbatches that are multiples of it.
 has interleaved && timed pp_interleaved 400 "$bin" pp --pp "$ngpu" --workload training \
@@ -39,7 +43,7 @@ has mpi && command -v mpirun >/dev/null && timed pp_mpi 200 mpirun --allow-run-a
 has quick && timed pp_quick 200 "$bin" pp --quick --output-dir "$work/pp_quick"
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
-for f in pp_full pp_interleaved pp_copy_engine pp_layouts pp_quick; do
+for f in pp_full pp_nccl_ctas8 pp_interleaved pp_copy_engine pp_layouts pp_quick; do
   [ -f "$work/$f.log" ] && grep -A8 "^Headline" "$work/$f.log" | head -10
 done
 grep -h "PASSED\|FAILED\|SKIPPED" "$work"/gpu_test_*.log 2>/dev/null
