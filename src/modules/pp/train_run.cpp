@@ -93,8 +93,13 @@ void wait_flag(cudaStream_t stream, std::uint32_t* flag, std::uint32_t value) {
 struct CePeer {
   std::array<void*, kRing> frecv{}, brecv{};
   std::uint32_t* flags = nullptr;
+  void* wake = nullptr;  // kWakeBytes a sender's link-waking copy lands in
   int device = -1;
 };
+// A peer copy that follows about 55 ms without any peer copy between two H200s takes ~170 us
+// longer, whatever its size (the link waking up: pp's traces, 2 stages). A copy of this many
+// bytes, issued as the operation whose output is to be sent starts its last block, wakes it.
+constexpr std::size_t kWakeBytes = std::size_t{2} << 20;
 
 // Offsets, in elements of one row, of what a half-layer saves for its backward (stage_work_blocks'
 // list), its input first: an attention half the layer input, its normed copy, q|k|v and the
@@ -279,7 +284,9 @@ class TrainStage {
   // Forward of microbatch mb through chunk c: the embedding first on the first chunk of stage 0
   // (else the input is in the slab already), every block, the output into `out` (not on the
   // model's last chunk, whose LM head writes logits_).
-  void forward(int c, int mb, unsigned char* slab, void* out, cudaStream_t st) {
+  // `near_end` (if any) is recorded as the last block starts.
+  void forward(int c, int mb, unsigned char* slab, void* out, cudaStream_t st,
+               cudaEvent_t near_end = nullptr) {
     const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
     if (has_embed(c))
       embedding_lookup(input_of(slab), embed_.get(), ids_.as<std::int32_t>() + mb * R, R,
@@ -287,6 +294,7 @@ class TrainStage {
     const auto& off = offsets_[static_cast<std::size_t>(c)];
     const int n = blocks_[static_cast<std::size_t>(c)];
     for (int i = 0; i < n; ++i) {
+      if (near_end && i + 1 == n) GPB_CUDA_CHECK(cudaEventRecord(near_end, st));
       const TrainBlock& B = block(c, i);
       const std::int64_t o = off[static_cast<std::size_t>(i)];
       unsigned char* x = at(slab, o, 0);
@@ -330,9 +338,9 @@ class TrainStage {
   // stage 0). Weight gradients accumulate. With `check`, the input-gradient GEMM and a fresh
   // copy of the weight-gradient GEMM of the chunk's first block's input linear (qkv, or the
   // MLP's up projection) are checked against a reference (tallies in `tally`) before the slab
-  // goes.
+  // goes. `near_end` (if any) is recorded as the last block (the chunk's first) starts.
   void backward(int c, unsigned char* slab, void* grad, cudaStream_t st, bool accumulate,
-                GemmCheckTally* tally) {
+                GemmCheckTally* tally, cudaEvent_t near_end = nullptr) {
     const std::int64_t H = m_.hidden_size, R = rows_, I = m_.intermediate_size;
     const auto& off = offsets_[static_cast<std::size_t>(c)];
     const int n = blocks_[static_cast<std::size_t>(c)];
@@ -346,6 +354,7 @@ class TrainStage {
                         st);
     }
     for (int i = n - 1; i >= 0; --i) {
+      if (near_end && i == 0) GPB_CUDA_CHECK(cudaEventRecord(near_end, st));
       TrainBlock& B = block(c, i);
       const std::int64_t o = off[static_cast<std::size_t>(i)];
       unsigned char* x = at(slab, o, 0);
@@ -720,6 +729,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       o.transport = ce ? "copy-engine" : "nccl";
       DeviceBuffer flags(self.device, 4 * sizeof(std::uint32_t));
       std::uint32_t* my_flags = flags.as<std::uint32_t>();
+      // The link-waking copies: what they send, where they land, and the events (recorded as a
+      // sending operation starts its last block) they start at, one per direction.
+      DeviceBuffer wake_from, wake_into;
+      Event near_f(self.device, false), near_b(self.device, false);
       std::uint32_t f_sent = 0, f_got = 0, b_sent = 0, b_got = 0;
       const int prev = (stage + p - 1) % p, next = (stage + 1) % p;
       if (ce) {
@@ -733,6 +746,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           me.brecv[static_cast<std::size_t>(k)] = brecv.buf[static_cast<std::size_t>(k)].get();
         }
         me.flags = my_flags;
+        wake_from = DeviceBuffer(self.device, kWakeBytes);
+        wake_into = DeviceBuffer(self.device, kWakeBytes);
+        me.wake = wake_into.get();
         me.device = self.device;
         group.barrier();  // every stage's rings and flags published before any step
         spdlog::debug("pp: stage {}, m {}: copy-engine peers published", stage, m);
@@ -802,7 +818,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       // Copy-engine versions. A receive only takes the ring's next slot (the sender copies into
       // it); taking it waits on the arrival flag (mark 3 before, 1 and 4 once it may), copies it
       // out and tells the sender the slot is free. A send waits until the receiver has freed the
-      // slot it will fill (kRing sends back), peer-copies into it and raises the arrival flag.
+      // slot it will fill (kRing sends back), peer-copies into it and raises the arrival flag;
+      // before that, once `near` has passed (its operation's last block started), it wakes the
+      // link with kWakeBytes into the receiver's wake buffer.
       auto ce_post_recv = [&](Ring& r) {
         r.last = r.advance();
         return r.last;
@@ -820,10 +838,13 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         write_flag(cs, sender.flags + (forward ? 1 : 3), n);
       };
       auto ce_post_send = [&](Ring& r, int slot, bool forward, cudaStream_t cs, cudaStream_t side,
-                              bool mark, std::size_t i) {
+                              cudaEvent_t near, bool mark, std::size_t i) {
         const auto S = static_cast<std::size_t>(slot);
         const std::uint32_t n = forward ? ++f_sent : ++b_sent;
         const CePeer& to = ce_peers[static_cast<std::size_t>(forward ? next : prev)];
+        GPB_CUDA_CHECK(cudaStreamWaitEvent(side, near, 0));
+        GPB_CUDA_CHECK(cudaMemcpyPeerAsync(to.wake, to.device, wake_from.get(), self.device,
+                                           kWakeBytes, side));
         r.ready[S].record(cs);
         GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.ready[S].get(), 0));
         if (n > static_cast<std::uint32_t>(kRing))
@@ -872,22 +893,26 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
             take(in, in_slot, op.forward ? ts.input_of(slab) : grad, cs, mark, i);
           else
             rec(mark, i, 1, cs);
+          // Where a copy-engine send's link-waking copy may start.
+          cudaEvent_t near = nullptr;
+          if (sends && over_ce) near = op.forward ? near_f.get() : near_b.get();
           if (op.forward) {
             ts.forward(op.chunk, op.mb, slab,
-                       sends ? fsend.buf[static_cast<std::size_t>(out_slot)].get() : nullptr, cs);
+                       sends ? fsend.buf[static_cast<std::size_t>(out_slot)].get() : nullptr, cs,
+                       near);
           } else {
             const bool first_b = !seen[static_cast<std::size_t>(op.chunk)];
             seen[static_cast<std::size_t>(op.chunk)] = true;
             const bool check_here = check && &op == last_b;
             ts.backward(op.chunk, slab, grad, cs, !first_b,
-                        check_here ? tally.as<GemmCheckTally>() : nullptr);
+                        check_here ? tally.as<GemmCheckTally>() : nullptr, near);
             TrainStage::release(slab, cs);
             slabs[slot_id] = nullptr;
           }
           rec(mark, i, 2, cs);
           if (sends && over_ce)
             ce_post_send(outr, out_slot, op.forward, cs, op.forward ? s_fsend.get() : s_bsend.get(),
-                         mark, i);
+                         near, mark, i);
           else if (sends)
             post_send(outr, out_slot, op.forward ? f_out : b_in, op.forward ? 1 : 0, cs,
                       op.forward ? s_fsend.get() : s_bsend.get(), mark, i);
