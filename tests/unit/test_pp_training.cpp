@@ -235,8 +235,8 @@ TEST(PpStages, StageBlocksFromCosts) {
   EXPECT_EQ(stage_layers_text({5, 3}), "2.5/1.5");
   EXPECT_EQ(stage_layers_text({32, 32}), "16/16");
   EXPECT_EQ(stage_layers_text({1, 3, 4}), "0.5/1.5/2");
-  std::vector<int> whole = stages_from_costs(c, 4, 2);
-  for (int& b : whole) b *= 2;
+  const std::vector<int> whole = blocks_of_layers(stages_from_costs(c, 4, 2));
+  EXPECT_EQ(blocks_of_layers({3, 1}), (std::vector<int>{6, 2}));
   for (double a : {0.0, 3.0, -1.0}) {
     c.attention = a;
     EXPECT_EQ(stage_blocks_from_costs(c, 4, 2), whole) << a;

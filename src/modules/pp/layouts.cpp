@@ -69,12 +69,14 @@ std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p) {
                         p, std::max(c.embed, 0.0), std::max(c.head, 0.0));
 }
 
+std::vector<int> blocks_of_layers(std::vector<int> layers) {
+  for (int& l : layers) l *= 2;
+  return layers;
+}
+
 std::vector<int> stage_blocks_from_costs(const StageCosts& c, int layers, int p) {
-  if (!(c.layer > 0 && c.attention > 0 && c.attention < c.layer)) {
-    std::vector<int> blocks = stages_from_costs(c, layers, p);
-    for (int& b : blocks) b *= 2;
-    return blocks;
-  }
+  if (!(c.layer > 0 && c.attention > 0 && c.attention < c.layer))
+    return blocks_of_layers(stages_from_costs(c, layers, p));
   std::vector<double> units;
   for (int l = 0; l < layers; ++l) {
     units.push_back(c.attention);

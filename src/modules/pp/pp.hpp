@@ -188,6 +188,8 @@ std::vector<int> stages_from_costs(const StageCosts& c, int layers, int p);
 // c.attention by turns, c.embed on the first stage and c.head on the last; whole layers (an
 // even count each) when c.attention is not inside (0, c.layer).
 std::vector<int> stage_blocks_from_costs(const StageCosts& c, int layers, int p);
+// Blocks per stage from whole layers per stage (twice each).
+std::vector<int> blocks_of_layers(std::vector<int> layers);
 // Layers per stage from blocks per stage: "16.5/15.5".
 std::string stage_layers_text(const std::vector<int>& blocks);
 // The costs every rank of `group` splits by: `measure` run on rank 0 only, its layer, its

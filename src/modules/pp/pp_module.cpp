@@ -236,8 +236,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     r.group =
         fmt::format("Inference: {} {} prefill and one decode step, {} layers, batch {} x {} tokens",
                     s.model.name, s.dtype, s.layers, s.batch, s.seq_len);
-    std::vector<int> blocks = o.stage_layers;
-    for (int& b : blocks) b *= 2;
+    const std::vector<int> blocks = blocks_of_layers(o.stage_layers);
     note_balance(report, "inference", o.p, "", blocks, o.balance);
     if (!begin_case(r, o.p, o.m, blocks, o.status, o.note)) {
       report.add(std::move(r));

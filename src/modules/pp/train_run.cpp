@@ -543,9 +543,7 @@ std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch,
   }
   // The embedding on the first stage, the LM head's forward and backward on the last.
   if (s.half_layers) return stage_blocks_from_costs(costs, s.layers, p);
-  std::vector<int> blocks = stages_from_costs(costs, s.layers, p);
-  for (int& b : blocks) b *= 2;
-  return blocks;
+  return blocks_of_layers(stages_from_costs(costs, s.layers, p));
 }
 
 std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch) {
