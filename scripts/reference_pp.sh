@@ -21,10 +21,10 @@ has tests && timed gpu_test_training_kernels 120 "$build/tests/gpu_test_training
 # The issue's points: llama-2-7b, all layers, 16 x 1024 tokens a step, every stage count the
 # GPUs allow, microbatches 1..16, GPipe and 1F1B, inference and training.
 has full && timed pp_full 600 "$bin" pp --output-dir "$work/pp_full"
-# Training with NCCL held to 8 CTAs a transfer (its own choice is 32 per NVLink peer, which wait
-# on SMs beside the GEMMs), every stage count the GPUs allow.
-has ctas && timed pp_nccl_ctas8 500 "$bin" pp --workload training --microbatches 4,8,16 \
-  --nccl-ctas 8 --output-dir "$work/pp_nccl_ctas8"
+# Inference and training with NCCL held to 8 CTAs a transfer (its own choice is 32 per NVLink
+# peer, which wait on SMs beside the GEMMs), every stage count the GPUs allow.
+has ctas && timed pp_nccl_ctas8 500 "$bin" pp --microbatches 4,8,16 --nccl-ctas 8 \
+  --output-dir "$work/pp_nccl_ctas8"
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 # Interleaved 1F1B (2 chunks a stage) on every GPU, microbatches that are multiples of it.
 has interleaved && timed pp_interleaved 400 "$bin" pp --pp "$ngpu" --workload training \
