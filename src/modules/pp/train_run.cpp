@@ -736,6 +736,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
       if (ce) {
         // On the rank's own stream: the legacy stream would also wait for NCCL's streams.
         GPB_CUDA_CHECK(cudaMemsetAsync(flags.get(), 0, flags.bytes(), st));
+        wake_from = DeviceBuffer(self.device, kWakeBytes);
+        wake_into = DeviceBuffer(self.device, kWakeBytes);
+        GPB_CUDA_CHECK(cudaMemsetAsync(wake_from.get(), 0, kWakeBytes, st));
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         spdlog::debug("pp: stage {}, m {}: copy-engine flags ready", stage, m);
         CePeer& me = ce_peers[static_cast<std::size_t>(stage)];
@@ -744,8 +747,6 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           me.brecv[static_cast<std::size_t>(k)] = brecv.buf[static_cast<std::size_t>(k)].get();
         }
         me.flags = my_flags;
-        wake_from = DeviceBuffer(self.device, kWakeBytes);
-        wake_into = DeviceBuffer(self.device, kWakeBytes);
         me.wake = wake_into.get();
         me.device = self.device;
         group.barrier();  // every stage's rings and flags published before any step
