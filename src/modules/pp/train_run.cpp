@@ -630,7 +630,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
     const int stage = self.rank;
     cudaStream_t st = self.stream->get();
     // Stages balanced by measured time (not interleaved, whose chunks are equal): rank 0 times
-    // a layer, the embedding and the head on its GPU, and every rank splits by those figures.
+    // a layer (and its attention half), the embedding and the head on its GPU, and every rank
+    // splits by those figures.
     const StageCosts balance =
         p > 1 && v == 1
             ? agreed_stage_costs(group, self.rank,
