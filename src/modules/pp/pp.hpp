@@ -234,6 +234,17 @@ struct StageWork {
 // layers < 1, sequences < 1, seq_len < 1 or elem_bytes not 1, 2 or 4.
 StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
                      std::int64_t seq_len, int elem_bytes);
+// Offsets, in elements of one row, of what a half-layer saves for its backward, its input
+// first: an attention half the layer input, its normed copy, q|k|v and the attention output; an
+// MLP half the residual after attention, its normed copy, the gate|up (or up) output and the
+// activation. A training stage's slabs are laid out by it, and stage_work_blocks counts by it.
+struct SavedRow {
+  std::int64_t attention, mlp;  // elements a row, each kind of half
+  std::int64_t xn, qkv, attn;   // attention half (its input at 0)
+  std::int64_t up, act;         // MLP half (its input at 0, its normed copy at xn)
+  std::int64_t of(int block) const { return block % 2 == 0 ? attention : mlp; }
+};
+SavedRow saved_row(const model::ModelConfig& m);
 // The same for `blocks` half-layers from block `first_block` on (see stage_blocks_from_costs):
 // an attention half has qkv and the output projection, attention, and saves the layer input,
 // the normed input, q k v and the attention output; an MLP half has the MLP's linears and saves

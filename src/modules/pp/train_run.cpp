@@ -101,28 +101,6 @@ struct CePeer {
 // bytes, issued as the operation whose output is to be sent starts its last block, wakes it.
 constexpr std::size_t kWakeBytes = std::size_t{2} << 20;
 
-// Offsets, in elements of one row, of what a half-layer saves for its backward (stage_work_blocks'
-// list), its input first: an attention half the layer input, its normed copy, q|k|v and the
-// attention output; an MLP half the residual after attention, its normed copy, the gate|up (or
-// up) output and the activation.
-struct SavedRow {
-  std::int64_t attention, mlp;   // elements a row, each kind of half
-  std::int64_t xn, qkv, attn;    // attention half (its input at 0)
-  std::int64_t up, act;          // MLP half (its input at 0, its normed copy at xn)
-  std::int64_t of(int block) const { return block % 2 == 0 ? attention : mlp; }
-};
-SavedRow saved_row(const model::ModelConfig& m) {
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
-  SavedRow r{};
-  r.xn = H;
-  r.qkv = 2 * H;
-  r.attn = r.qkv + Q + 2 * KV;
-  r.attention = r.attn + Q;
-  r.up = 2 * H;
-  r.act = r.up + (m.gated_mlp ? 2 * I : I);
-  r.mlp = r.act + I;
-  return r;
-}
 
 // A GEMM plan with the algorithm the heuristic ranks first.
 struct Gemm {

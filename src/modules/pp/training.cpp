@@ -16,6 +16,19 @@ std::vector<Linear> layer_linears(const model::ModelConfig& m) {
           {"mlp_down", H, I}};
 }
 
+SavedRow saved_row(const model::ModelConfig& m) {
+  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  SavedRow r{};
+  r.xn = H;
+  r.qkv = 2 * H;
+  r.attn = r.qkv + Q + 2 * KV;
+  r.attention = r.attn + Q;
+  r.up = 2 * H;
+  r.act = r.up + (m.gated_mlp ? 2 * I : I);
+  r.mlp = r.act + I;
+  return r;
+}
+
 StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
                      std::int64_t seq_len, int elem_bytes) {
   if (layers < 1)
@@ -35,7 +48,7 @@ StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int bl
   const int attention_halves = (first_block + blocks + 1) / 2 - (first_block + 1) / 2;
   const int mlp_halves = blocks - attention_halves;
   const double rows = static_cast<double>(sequences) * static_cast<double>(seq_len);
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
+  const std::int64_t H = m.hidden_size;
   const std::vector<Linear> linears = layer_linears(m);  // qkv, attn_out | mlp up, mlp down
   auto flops = [&](std::size_t a, std::size_t b) {
     double f = 0;
@@ -58,13 +71,10 @@ StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int bl
     w.backward_flops += 2.0 * head;
   }
 
-  // Saved per row: by an attention half the layer input, the normed input of qkv, q k v and the
-  // attention output; by an MLP half the residual after attention, its normed copy, the gate/up
-  // output and the activation.
-  const std::int64_t attention_row = H + H + (Q + 2 * KV) + Q;
-  const std::int64_t mlp_row = H + H + (m.gated_mlp ? 2 * I : I) + I;
-  double saved = rows * static_cast<double>(attention_halves * attention_row +
-                                            mlp_halves * mlp_row) *
+  // Saved per row: saved_row's, each kind of half.
+  const SavedRow row = saved_row(m);
+  double saved = rows * static_cast<double>(attention_halves * row.attention +
+                                            mlp_halves * row.mlp) *
                  elem_bytes;
   if (last) saved += 2.0 * rows * static_cast<double>(H) * elem_bytes;  // final norm in and out
   w.saved_bytes = static_cast<std::uint64_t>(saved);
