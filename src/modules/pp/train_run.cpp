@@ -101,7 +101,6 @@ struct CePeer {
 // bytes, issued as the operation whose output is to be sent starts its last block, wakes it.
 constexpr std::size_t kWakeBytes = std::size_t{2} << 20;
 
-
 // A GEMM plan with the algorithm the heuristic ranks first.
 struct Gemm {
   std::unique_ptr<GemmPlan> plan;
