@@ -109,6 +109,7 @@ struct FusedProblem {
   SkinnyPrologue prologue;
   SkinnyEpilogue epilogue;
   bool weights_ready;
+  bool tensor_cores;
 };
 
 double silu_host(double v) {
@@ -153,6 +154,7 @@ int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
   f.eps = 1e-5f;
   f.epilogue = p.epilogue;
   f.weights_ready = p.weights_ready;
+  f.tensor_cores = p.tensor_cores;
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   Stream stream(kGpu);  // a real stream: programmatic dependent launch applies
   skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
@@ -245,37 +247,42 @@ const char* name_of(SkinnyEpilogue e) {
 }  // namespace
 
 // Every prologue with every epilogue (none and none: the fused kernel with weights_ready only),
-// bf16 and fp16, with and without bias and weights_ready; shapes with an `in` off the steps, a
-// 7B model's width, and more W rows (or gate/up pairs) than the grid has warps.
+// bf16 and fp16, with and without bias and weights_ready, products on CUDA cores and on tensor
+// cores; shapes with an `in` off the steps, a 7B model's width, more W rows (or gate/up pairs)
+// than the grid has warps, and few long rows (the tensor-core kernel's warps then split rows). The
+// tensor-core kernel rounds x * nw to the storage type before the product: within the tolerance,
+// whose relative term covers one rounding per element.
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
     std::int64_t out, in;
   };
-  const Shape shapes[] = {{998, 264}, {37, 1032}, {4096, 4096}, {8002, 520}};
+  const Shape shapes[] = {{998, 264}, {37, 1032}, {4096, 4096}, {8002, 520}, {30, 11008}};
   const SkinnyPrologue prologues[] = {SkinnyPrologue::None, SkinnyPrologue::RmsNorm};
   const SkinnyEpilogue epilogues[] = {SkinnyEpilogue::None,     SkinnyEpilogue::Residual,
                                       SkinnyEpilogue::Relu,     SkinnyEpilogue::Gelu,
                                       SkinnyEpilogue::GeluTanh, SkinnyEpilogue::SwiGlu};
   std::uint64_t seed = 100;
   int cases = 0;
-  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-    for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
-      for (const Shape& s : shapes)
-        for (SkinnyPrologue pro : prologues)
-          for (SkinnyEpilogue epi : epilogues) {
-            const std::int64_t out =
-                epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
-            // Bias and weights_ready alternate so that every combination meets both.
-            ++seed;
-            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0};
-            EXPECT_EQ(wrong_fused(p, seed), 0)
-                << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << out
-                << " in " << s.in << " prologue " << name_of(pro) << " epilogue " << name_of(epi)
-                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "");
-            ++cases;
-          }
-  EXPECT_EQ(cases, 2 * 1 * 4 * 2 * 6);
+  for (bool tc : {false, true})
+    for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
+      for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
+        for (const Shape& s : shapes)
+          for (SkinnyPrologue pro : prologues)
+            for (SkinnyEpilogue epi : epilogues) {
+              const std::int64_t out =
+                  epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
+              // Bias and weights_ready alternate so that every combination meets both.
+              ++seed;
+              const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0, tc};
+              EXPECT_EQ(wrong_fused(p, seed), 0)
+                  << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out "
+                  << out << " in " << s.in << " prologue " << name_of(pro) << " epilogue "
+                  << name_of(epi) << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
+                  << (tc ? " tensor cores" : "");
+              ++cases;
+            }
+  EXPECT_EQ(cases, 2 * 2 * 1 * 5 * 2 * 6);
 }
 
 TEST(SkinnyGemm, FusionArguments) {
@@ -427,6 +434,27 @@ TEST(SkinnyGemm, ReportBandwidth) {
           " %7.1f GB/s",
           s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), rows,
           rows <= 4 ? "cuda-core" : "tensor-core", seconds * 1e6, bw / 1e9);
+      if (peak > 0) std::printf(" = %.0f%% of %.0f GB/s peak", 100 * bw / peak, peak / 1e9);
+      std::printf("\n");
+      EXPECT_GT(bw, 0);
+    }
+    // One row through the fused kernel of a decode step (weights_ready: the first step loaded
+    // before the wait for the previous call), products on CUDA cores and on tensor cores.
+    for (bool tc : {false, true}) {
+      SkinnyFusion f;
+      f.weights_ready = true;
+      f.tensor_cores = tc;
+      auto run = [&](int i) {
+        skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), 1,
+                    s.out, s.in, SkinnyDtype::BF16, stream.get(), f);
+      };
+      for (int i = 0; i < 3; ++i) run(i);
+      const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
+      const double bw = w_bytes / seconds;
+      std::printf(
+          "skinny gemm %-7s W %5lld x %5lld bf16 rows 1 (fused, %s): %8.2f us/call %7.1f GB/s",
+          s.name, static_cast<long long>(s.out), static_cast<long long>(s.in),
+          tc ? "tensor cores" : "cuda cores", seconds * 1e6, bw / 1e9);
       if (peak > 0) std::printf(" = %.0f%% of %.0f GB/s peak", 100 * bw / peak, peak / 1e9);
       std::printf("\n");
       EXPECT_GT(bw, 0);
