@@ -372,16 +372,18 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     constexpr bool kPre = decltype(pre_tag)::value;
     // The residual stream's value, read now rather than after the product.
     const float res = f.epilogue == SkinnyEpilogue::Residual && lane == 0 ? to_float(y[grp]) : 0.0f;
-    float acc[RW] = {}, squares = 0;
+    float acc[RW] = {};
+    [[maybe_unused]] float squares = 0;  // kNorm
     auto multiply = [&](std::int64_t k0, const uint4(&wv)[RW][KU]) {
 #pragma unroll
       for (int j = 0; j < KU; ++j) {
         const bool ok = k0 + 256 * j + lane * 8 < in;
-        float xf[8], nf[8];
+        float xf[8];
         unpack8<T>(
             ok ? __ldg(reinterpret_cast<const uint4*>(xl + k0 + 256 * j)) : make_uint4(0, 0, 0, 0),
             xf);
         if constexpr (kNorm) {
+          float nf[8];
           unpack8<T>(ok ? __ldg(reinterpret_cast<const uint4*>(nwl + k0 + 256 * j))
                         : make_uint4(0, 0, 0, 0),
                      nf);
