@@ -3,7 +3,9 @@
 # packs them. Usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_SEQLEN_STEPS picks the steps, default
 # "tests full quick profile presets attention_own peer"; "peer" runs scripts/peers/hf_seqlen.py
-# when torch is there).
+# when torch is there; "decode_ab", only on request, alternates batch-1 decode runs without and
+# with the environment assignment GPUBENCH_DECODE_AB (default GPUBENCH_FUSED_GEMV=mma), twice
+# each, after the transformer GPU tests under B, and prints each run's decode ms per token).
 set -uo pipefail
 out=${1:?usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
@@ -33,6 +35,27 @@ fi
 has attention_own && timed seqlen_attention_own 200 "$bin" seqlen --attention own \
   --seq-lens 2048,8192 --batch-sizes 1 --output-lens 50 --force-length \
   --output-dir "$work/seqlen_attention_own"
+if has decode_ab; then
+  ab=${GPUBENCH_DECODE_AB:-GPUBENCH_FUSED_GEMV=mma}
+  echo "decode_ab: A = as is, B = $ab" | tee -a "$work/steps.log"
+  timed gpu_test_transformer_b 300 env "$ab" "$build/tests/gpu_test_transformer"
+  decode=(seqlen --seq-lens 512,2048,8192 --batch-sizes 1 --output-lens 50 --force-length)
+  for i in 1 2; do
+    timed "decode_a$i" 200 "$bin" "${decode[@]}" --output-dir "$work/decode_a$i"
+    timed "decode_b$i" 200 env "$ab" "$bin" "${decode[@]}" --output-dir "$work/decode_b$i"
+  done
+  for r in a1 b1 a2 b2; do
+    python3 - "$work/decode_$r/seqlen.json" "$r" <<'PY' | tee -a "$work/steps.log"
+import json, sys
+try:
+    h = json.load(open(sys.argv[1]))["headline"]
+    ms = [h[f"decode_ms_ctx{c}"]["value"] for c in (512, 2048, 8192)]
+    print(f"decode_{sys.argv[2]} ms/token at 512 / 2048 / 8192: " + " / ".join(f"{v:.3f}" for v in ms))
+except (OSError, KeyError, ValueError) as e:
+    print(f"decode_{sys.argv[2]}: no figures ({e})")
+PY
+  done
+fi
 has peer && python3 -c "import torch" 2>/dev/null &&
   timed hf_seqlen 300 python3 scripts/peers/hf_seqlen.py llama-2-7b 512,2048,8192
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
