@@ -455,8 +455,8 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 //   group's first row in A row g, of its second row (SwiGlu) in A row g + 8, and its x piece (the
 //   same k) in B column g, so D[g][g] and D[g+8][g] sum the products of lanes (g, 0..3): each
 //   diagonal element a quarter of the warp's k. The diagonal sits in lane (g, g/2); a warp sum
-//   gives the group's dot products. The RMSNorm prologue stages x * nw, rounded to T (an mma's
-//   operand), in shared memory once per block, and the block sums x^2 there.
+//   gives the group's dot products. The RMSNorm prologue stages the normalized x once per block
+//   in shared memory, rounded to T (an mma's operand) as the separate norm kernel's output is.
 // - Work: block b owns row groups [groups b / B, groups (b+1) / B), and its warps split those
 //   groups' steps (kStep of k each) into 8 equal runs, so every warp streams the same bytes to
 //   within a step, instead of some warps taking one more whole group than others (gate|up of a
@@ -499,32 +499,36 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   pdl_wait();
   if (!f.weights_ready && i0 < i1) load(i0, wv);
 
-  float rstd = 1.0f;
-  if constexpr (kNorm) {
+  if constexpr (kNorm) {  // x^2 summed by the block, then x * rstd * nw rounded to T
     const uint4* x4 = reinterpret_cast<const uint4*>(x);
     const uint4* n4 = static_cast<const uint4*>(f.norm_weight);
     float sq = 0;
     for (std::int64_t p = threadIdx.x; p < in / 8; p += kVecThreads) {
-      float xf[8], nf[8];
+      float xf[8];
       unpack8<T>(__ldg(x4 + p), xf);
-      unpack8<T>(__ldg(n4 + p), nf);
 #pragma unroll
       for (int e = 0; e < 8; ++e) sq = fmaf(xf[e], xf[e], sq);
-      xs[p] = make_uint4(
-          pack2<T>(xf[0] * nf[0], xf[1] * nf[1]), pack2<T>(xf[2] * nf[2], xf[3] * nf[3]),
-          pack2<T>(xf[4] * nf[4], xf[5] * nf[5]), pack2<T>(xf[6] * nf[6], xf[7] * nf[7]));
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) sq += __shfl_xor_sync(kFull, sq, off);
     if (lane == 0) block_squares[warp] = sq;
-  }
-  __syncthreads();  // the staged x, the squares and the cut slots' reset
-  if constexpr (kNorm) {
+    __syncthreads();
     float total = 0;
 #pragma unroll
     for (int i = 0; i < kVecWarps; ++i) total += block_squares[i];
-    rstd = rsqrtf(total / static_cast<float>(in) + f.eps);
+    const float rstd = rsqrtf(total / static_cast<float>(in) + f.eps);
+    for (std::int64_t p = threadIdx.x; p < in / 8; p += kVecThreads) {
+      float xf[8], nf[8];
+      unpack8<T>(__ldg(x4 + p), xf);
+      unpack8<T>(__ldg(n4 + p), nf);
+      unsigned h[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        h[e] = pack2<T>(xf[2 * e] * rstd * nf[2 * e], xf[2 * e + 1] * rstd * nf[2 * e + 1]);
+      xs[p] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
   }
+  __syncthreads();  // the staged x and the cut slots' reset
 
   // The group's sums from the accumulators: the diagonal, summed over the warp (every lane).
   auto group_sums = [&](const float(&d)[4][4], float(&acc)[RW]) {
@@ -571,8 +575,6 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       const bool whole = ends && !(grp == first_grp && i0 % steps != 0);
       if (lane == 0) {
         if (whole) {
-#pragma unroll
-          for (int r = 0; r < RW; ++r) acc[r] *= rstd;
           finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
         } else {
           const int slot = grp == first_grp ? 0 : 1;
@@ -602,8 +604,6 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       if (cut_group[v][slot] == last_cut)
 #pragma unroll
         for (int r = 0; r < RW; ++r) acc[r] += cut_sum[v][slot][r];
-#pragma unroll
-  for (int r = 0; r < RW; ++r) acc[r] *= rstd;
   finish_group<T, RW>(f, bias, y, last_cut, pair, acc,
                       f.epilogue == SkinnyEpilogue::Residual ? to_float(y[last_cut]) : 0.0f);
 }

@@ -54,8 +54,9 @@ struct SkinnyFusion {
   // next kernel to do the same; more rows ignore it.
   bool weights_ready = false;
   // One row: the products on tensor cores (mma) instead of FMAs, the RMSNorm prologue's
-  // x * norm_weight rounded to the storage type first (an mma's operand). An experiment under
-  // measurement; GPUBENCH_FUSED_GEMV=mma sets it for every fused call of the process.
+  // normalized X rounded to the storage type first (an mma's operand), as the separate norm
+  // kernel's output is. An experiment under measurement; GPUBENCH_FUSED_GEMV=mma sets it for
+  // every fused call of the process.
   bool tensor_cores = false;
 };
 

@@ -250,8 +250,8 @@ const char* name_of(SkinnyEpilogue e) {
 // bf16 and fp16, with and without bias and weights_ready, products on CUDA cores and on tensor
 // cores; shapes with an `in` off the steps, a 7B model's width, more W rows (or gate/up pairs)
 // than the grid has warps, and few long rows (the tensor-core kernel's warps then split rows). The
-// tensor-core kernel rounds x * nw to the storage type before the product: within the tolerance,
-// whose relative term covers one rounding per element.
+// tensor-core kernel rounds the normalized x to the storage type before the product: within the
+// tolerance, whose relative term covers one rounding per element.
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
