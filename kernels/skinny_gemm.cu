@@ -318,6 +318,15 @@ __device__ __forceinline__ void finish_group(const SkinnyFusion& f, const T* __r
   y[grp] = from_float<T>(v);
 }
 
+// The W rows of a fused GEMV's row group, offset to the lane's first element: row grp, and
+// for SwiGlu (RW 2) its up row grp + pair.
+template <class T, int RW>
+__device__ __forceinline__ void group_rows(const T* w, std::int64_t grp, std::int64_t pair,
+                                           std::int64_t in, int lane, const T* (&wr)[RW]) {
+#pragma unroll
+  for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
+}
+
 // Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
 // two (16 warps, 64 KiB of W in flight per SM) ran a llama-2-7b decode step faster than three
 // at 80 registers, the unfused kernel's shape.
@@ -349,13 +358,9 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   auto load_step = [&](const T* const(&wr)[RW], std::int64_t k0, uint4(&wv)[RW][KU]) {
     load_w_step<T, RW, KU>(wr, k0, in, lane, wv);
   };
-  auto rows_of = [&](std::int64_t grp, const T*(&wr)[RW]) {
-#pragma unroll
-    for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
-  };
   auto preload = [&](uint4(&wv)[RW][KU]) {
     const T* wr[RW];
-    rows_of(first, wr);
+    group_rows<T, RW>(w, first, pair, in, lane, wr);
     load_step(wr, 0, wv);
   };
   uint4 first_step[RW][KU];
@@ -403,7 +408,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       }
     };
     const T* wr[RW];
-    rows_of(grp, wr);
+    group_rows<T, RW>(w, grp, pair, in, lane, wr);
     std::int64_t k0 = 0;
     if constexpr (kPre) {
       multiply(0, pre);
@@ -490,8 +495,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   auto load = [&](std::int64_t i, uint4(&wv)[RW][KU]) {
     const std::int64_t grp = g0 + i / steps;
     const T* wr[RW];
-#pragma unroll
-    for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
+    group_rows<T, RW>(w, grp, pair, in, lane, wr);
     load_w_step<T, RW, KU>(wr, (i % steps) * kStep, in, lane, wv);
   };
   uint4 wv[RW][KU];

@@ -421,43 +421,32 @@ TEST(SkinnyGemm, ReportBandwidth) {
     GPB_CUDA_CHECK(cudaMemset(w.get(), 0x3c, w.bytes()));
     DeviceBuffer x(kGpu, 8 * s.in * 2), y(kGpu, 8 * s.out * 2);
     GPB_CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
-    for (int rows : {1, 2, 4, 8}) {
+    // Times `rows` rows of X through skinny_gemm with `f` and prints the line, `what` naming the
+    // kernel.
+    auto report = [&](int rows, const SkinnyFusion& f, const char* what) {
       auto run = [&](int i) {
         skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), rows,
-                    s.out, s.in, SkinnyDtype::BF16, stream.get());
+                    s.out, s.in, SkinnyDtype::BF16, stream.get(), f);
       };
       for (int i = 0; i < 3; ++i) run(i);
       const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
       const double bw = w_bytes / seconds;
-      std::printf(
-          "skinny gemm %-7s W %5lld x %5lld bf16 rows %d (%s path): %8.2f us/call"
-          " %7.1f GB/s",
-          s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), rows,
-          rows <= 4 ? "cuda-core" : "tensor-core", seconds * 1e6, bw / 1e9);
+      std::printf("skinny gemm %-7s W %5lld x %5lld bf16 rows %d (%s): %8.2f us/call %7.1f GB/s",
+                  s.name, static_cast<long long>(s.out), static_cast<long long>(s.in), rows, what,
+                  seconds * 1e6, bw / 1e9);
       if (peak > 0) std::printf(" = %.0f%% of %.0f GB/s peak", 100 * bw / peak, peak / 1e9);
       std::printf("\n");
       EXPECT_GT(bw, 0);
-    }
+    };
+    for (int rows : {1, 2, 4, 8})
+      report(rows, SkinnyFusion{}, rows <= 4 ? "cuda-core path" : "tensor-core path");
     // One row through the fused kernel of a decode step (weights_ready: the first step loaded
     // before the wait for the previous call), products on CUDA cores and on tensor cores.
     for (bool tc : {false, true}) {
       SkinnyFusion f;
       f.weights_ready = true;
       f.tensor_cores = tc;
-      auto run = [&](int i) {
-        skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), 1,
-                    s.out, s.in, SkinnyDtype::BF16, stream.get(), f);
-      };
-      for (int i = 0; i < 3; ++i) run(i);
-      const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
-      const double bw = w_bytes / seconds;
-      std::printf(
-          "skinny gemm %-7s W %5lld x %5lld bf16 rows 1 (fused, %s): %8.2f us/call %7.1f GB/s",
-          s.name, static_cast<long long>(s.out), static_cast<long long>(s.in),
-          tc ? "tensor cores" : "cuda cores", seconds * 1e6, bw / 1e9);
-      if (peak > 0) std::printf(" = %.0f%% of %.0f GB/s peak", 100 * bw / peak, peak / 1e9);
-      std::printf("\n");
-      EXPECT_GT(bw, 0);
+      report(1, f, tc ? "fused, tensor cores" : "fused, cuda cores");
     }
   }
 }
