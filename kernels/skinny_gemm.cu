@@ -25,16 +25,12 @@
 // past `rows` multiply zeros. The warps' partial sums meet in shared memory.
 //
 // One row with a SkinnyFusion (fused_gemv_kernel): the CUDA-core stream with an RMSNorm prologue
-// and a residual / activation / SwiGLU epilogue, the kernels of a batch-1 decode step; with
-// tensor_cores (fused_gemv_mma_kernel) the same stream with the products on tensor cores.
+// and a residual / activation / SwiGLU epilogue, the kernels of a batch-1 decode step.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <type_traits>
 
 #include "device_common.cuh"
@@ -440,187 +436,6 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     group(grp, first_step, std::false_type{});
 }
 
-// Two floats rounded to T and packed (lo in the low half).
-template <class T>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  unsigned r;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &v, sizeof(r));
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&r, &v, sizeof(r));
-  }
-  return r;
-}
-
-// The fused GEMV with its products on tensor cores and its work balanced over the warps.
-// - Products: the same 16-byte pieces of W as fused_gemv_kernel (lane L at k0 + 256j + 8L), each
-//   into two mma.m16n8k16 instead of 8 unpacks and 8 FMAs. Lane (g, t) puts its piece of the
-//   group's first row in A row g, of its second row (SwiGlu) in A row g + 8, and its x piece (the
-//   same k) in B column g, so D[g][g] and D[g+8][g] sum the products of lanes (g, 0..3): each
-//   diagonal element a quarter of the warp's k. The diagonal sits in lane (g, g/2); a warp sum
-//   gives the group's dot products. The RMSNorm prologue stages the normalized x once per block
-//   in shared memory, rounded to T (an mma's operand) as the separate norm kernel's output is.
-// - Work: block b owns row groups [groups b / B, groups (b+1) / B), and its warps split those
-//   groups' steps (kStep of k each) into 8 equal runs, so every warp streams the same bytes to
-//   within a step, instead of some warps taking one more whole group than others (gate|up of a
-//   7B model: 11008 pairs over 2112 warps). A group cut between warps leaves a partial sum in
-//   shared memory; the warp with the group's last step adds them up after a block barrier.
-template <class T, int RW, bool kNorm>
-__global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
-    fused_gemv_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                          const T* __restrict__ bias, T* __restrict__ y, std::int64_t out,
-                          std::int64_t in, SkinnyFusion f) {
-  pdl_trigger();
-  constexpr int KU = kVecPieces / RW;
-  constexpr int kStep = 32 * 8 * KU;
-  constexpr unsigned kFull = 0xffffffffu;
-  extern __shared__ uint4 xs[];  // kNorm: x * nw as T, in / 8 pieces
-  __shared__ float block_squares[kVecWarps];
-  // Each warp's partial sums of the groups cut at the start of its run (slot 0) and at its end
-  // (slot 1), with the group (-1: none).
-  __shared__ float cut_sum[kVecWarps][2][RW];
-  __shared__ std::int64_t cut_group[kVecWarps][2];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const std::int64_t pair = out / 2;
-  const std::int64_t groups = RW == 2 ? pair : out;
-  const std::int64_t steps = (in + kStep - 1) / kStep;  // per group
-  const std::int64_t g0 = groups * blockIdx.x / gridDim.x;
-  const std::int64_t items = (groups * (blockIdx.x + 1) / gridDim.x - g0) * steps;
-  const std::int64_t i0 = items * warp / kVecWarps, i1 = items * (warp + 1) / kVecWarps;
-  if (lane == 0) cut_group[warp][0] = cut_group[warp][1] = -1;
-
-  auto load = [&](std::int64_t i, uint4(&wv)[RW][KU]) {
-    const std::int64_t grp = g0 + i / steps;
-    const T* wr[RW];
-    group_rows<T, RW>(w, grp, pair, in, lane, wr);
-    load_w_step<T, RW, KU>(wr, (i % steps) * kStep, in, lane, wv);
-  };
-  uint4 wv[RW][KU];
-  if (f.weights_ready && i0 < i1) load(i0, wv);
-  pdl_wait();
-  if (!f.weights_ready && i0 < i1) load(i0, wv);
-
-  if constexpr (kNorm) {  // x^2 summed by the block, then x * rstd * nw rounded to T
-    const uint4* x4 = reinterpret_cast<const uint4*>(x);
-    const uint4* n4 = static_cast<const uint4*>(f.norm_weight);
-    float sq = 0;
-    for (std::int64_t p = threadIdx.x; p < in / 8; p += kVecThreads) {
-      float xf[8];
-      unpack8<T>(__ldg(x4 + p), xf);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sq = fmaf(xf[e], xf[e], sq);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sq += __shfl_xor_sync(kFull, sq, off);
-    if (lane == 0) block_squares[warp] = sq;
-    __syncthreads();
-    float total = 0;
-#pragma unroll
-    for (int i = 0; i < kVecWarps; ++i) total += block_squares[i];
-    const float rstd = rsqrtf(total / static_cast<float>(in) + f.eps);
-    for (std::int64_t p = threadIdx.x; p < in / 8; p += kVecThreads) {
-      float xf[8], nf[8];
-      unpack8<T>(__ldg(x4 + p), xf);
-      unpack8<T>(__ldg(n4 + p), nf);
-      unsigned h[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        h[e] = pack2<T>(xf[2 * e] * rstd * nf[2 * e], xf[2 * e + 1] * rstd * nf[2 * e + 1]);
-      xs[p] = make_uint4(h[0], h[1], h[2], h[3]);
-    }
-  }
-  __syncthreads();  // the staged x and the cut slots' reset
-
-  // The group's sums from the accumulators: the diagonal, summed over the warp (every lane).
-  auto group_sums = [&](const float(&d)[4][4], float(&acc)[RW]) {
-    float e[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) e[i] = (d[0][i] + d[1][i]) + (d[2][i] + d[3][i]);
-    const bool diag = t == g / 2;
-    acc[0] = diag ? (g % 2 ? e[1] : e[0]) : 0.0f;
-    if constexpr (RW == 2) acc[RW - 1] = diag ? (g % 2 ? e[3] : e[2]) : 0.0f;
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-#pragma unroll
-      for (int r = 0; r < RW; ++r) acc[r] += __shfl_xor_sync(kFull, acc[r], off);
-  };
-
-  std::int64_t last_cut = -1;  // a group cut at the start of the run and ending in it
-  float d[4][4] = {};          // 4 independent accumulator chains
-  float res = 0;
-  std::int64_t grp = g0 + i0 / steps, step = i0 % steps;
-  const std::int64_t first_grp = grp;
-  if (f.epilogue == SkinnyEpilogue::Residual && lane == 0 && i0 < i1) res = to_float(y[grp]);
-  for (std::int64_t i = i0; i < i1; ++i) {
-    if (i > i0) load(i, wv);
-    const std::int64_t k0 = step * kStep;
-#pragma unroll
-    for (int j = 0; j < KU; ++j) {
-      const std::int64_t k = k0 + 256 * j + lane * 8;
-      uint4 xv = make_uint4(0, 0, 0, 0);
-      if (k < in) {
-        if constexpr (kNorm)
-          xv = xs[k / 8];
-        else
-          xv = __ldg(reinterpret_cast<const uint4*>(x + k));
-      }
-      const uint4 a = wv[0][j];
-      const uint4 b = RW == 2 ? wv[RW - 1][j] : make_uint4(0, 0, 0, 0);
-      mma16816<T>(d[j % 4], a.x, b.x, a.y, b.y, xv.x, xv.y);
-      mma16816<T>(d[j % 4], a.z, b.z, a.w, b.w, xv.z, xv.w);
-    }
-    const bool ends = step == steps - 1;
-    if (ends || i == i1 - 1) {
-      float acc[RW];
-      group_sums(d, acc);
-      const bool whole = ends && !(grp == first_grp && i0 % steps != 0);
-      if (lane == 0) {
-        if (whole) {
-          finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
-        } else {
-          const int slot = grp == first_grp ? 0 : 1;
-          cut_group[warp][slot] = grp;
-#pragma unroll
-          for (int r = 0; r < RW; ++r) cut_sum[warp][slot][r] = acc[r];
-        }
-      }
-      if (ends && !whole) last_cut = grp;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) d[c][r] = 0;
-      ++grp;
-      step = 0;
-      if (f.epilogue == SkinnyEpilogue::Residual && lane == 0 && i < i1 - 1) res = to_float(y[grp]);
-    } else {
-      ++step;
-    }
-  }
-  __syncthreads();  // every cut group's partial sums are in shared memory
-  if (last_cut < 0 || lane != 0) return;
-  float acc[RW] = {};
-  for (int v = 0; v < kVecWarps; ++v)
-#pragma unroll
-    for (int slot = 0; slot < 2; ++slot)
-      if (cut_group[v][slot] == last_cut)
-#pragma unroll
-        for (int r = 0; r < RW; ++r) acc[r] += cut_sum[v][slot][r];
-  finish_group<T, RW>(f, bias, y, last_cut, pair, acc,
-                      f.epilogue == SkinnyEpilogue::Residual ? to_float(y[last_cut]) : 0.0f);
-}
-
-// GPUBENCH_FUSED_GEMV=mma: every fused GEMV of the process on tensor cores (A/B runs).
-bool fused_gemv_on_tensor_cores() {
-  static const bool on = [] {
-    const char* v = std::getenv("GPUBENCH_FUSED_GEMV");
-    return v && std::string(v) == "mma";
-  }();
-  return on;
-}
-
 int sm_count() {
   int dev = 0, sms = 0;
   GPB_CUDA_CHECK(cudaGetDevice(&dev));
@@ -651,14 +466,6 @@ void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   const std::int64_t blocks =
       std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
-  const std::size_t staged = kNorm ? static_cast<std::size_t>(in) * sizeof(T) : 0;
-  if ((f.tensor_cores || fused_gemv_on_tensor_cores()) && staged <= 48 * 1024) {
-    launch_pdl(fused_gemv_mma_kernel<T, RW, kNorm>, static_cast<unsigned>(blocks), kVecThreads,
-               staged, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-               static_cast<const T*>(bias), static_cast<T*>(y), out, in, f);
-    GPB_CHECK_LAUNCH();
-    return;
-  }
   launch_pdl(fused_gemv_kernel<T, RW, kNorm>, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
              static_cast<T*>(y), out, in, f);

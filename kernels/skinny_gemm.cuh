@@ -53,11 +53,6 @@ struct SkinnyFusion {
   // stream. With one row of X it takes the fused kernel, which leaves room on each SM for the
   // next kernel to do the same; more rows ignore it.
   bool weights_ready = false;
-  // One row: the products on tensor cores (mma) instead of FMAs, the RMSNorm prologue's
-  // normalized X rounded to the storage type first (an mma's operand), as the separate norm
-  // kernel's output is. An experiment under measurement; GPUBENCH_FUSED_GEMV=mma sets it for
-  // every fused call of the process.
-  bool tensor_cores = false;
 };
 
 // Most rows a fused call takes.

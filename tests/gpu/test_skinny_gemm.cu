@@ -109,7 +109,6 @@ struct FusedProblem {
   SkinnyPrologue prologue;
   SkinnyEpilogue epilogue;
   bool weights_ready;
-  bool tensor_cores;
 };
 
 double silu_host(double v) {
@@ -154,7 +153,6 @@ int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
   f.eps = 1e-5f;
   f.epilogue = p.epilogue;
   f.weights_ready = p.weights_ready;
-  f.tensor_cores = p.tensor_cores;
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   Stream stream(kGpu);  // a real stream: programmatic dependent launch applies
   skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
@@ -247,11 +245,8 @@ const char* name_of(SkinnyEpilogue e) {
 }  // namespace
 
 // Every prologue with every epilogue (none and none: the fused kernel with weights_ready only),
-// bf16 and fp16, with and without bias and weights_ready, products on CUDA cores and on tensor
-// cores; shapes with an `in` off the steps, a 7B model's width, more W rows (or gate/up pairs)
-// than the grid has warps, and few long rows (the tensor-core kernel's warps then split rows). The
-// tensor-core kernel rounds the normalized x to the storage type before the product: within the
-// tolerance, whose relative term covers one rounding per element.
+// bf16 and fp16, with and without bias and weights_ready; shapes with an `in` off the steps, a
+// 7B model's width, more W rows (or gate/up pairs) than the grid has warps, and few long rows.
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
@@ -264,25 +259,23 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
                                       SkinnyEpilogue::GeluTanh, SkinnyEpilogue::SwiGlu};
   std::uint64_t seed = 100;
   int cases = 0;
-  for (bool tc : {false, true})
-    for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-      for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
-        for (const Shape& s : shapes)
-          for (SkinnyPrologue pro : prologues)
-            for (SkinnyEpilogue epi : epilogues) {
-              const std::int64_t out =
-                  epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
-              // Bias and weights_ready alternate so that every combination meets both.
-              ++seed;
-              const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0, tc};
-              EXPECT_EQ(wrong_fused(p, seed), 0)
-                  << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out "
-                  << out << " in " << s.in << " prologue " << name_of(pro) << " epilogue "
-                  << name_of(epi) << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
-                  << (tc ? " tensor cores" : "");
-              ++cases;
-            }
-  EXPECT_EQ(cases, 2 * 2 * 1 * 5 * 2 * 6);
+  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
+    for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
+      for (const Shape& s : shapes)
+        for (SkinnyPrologue pro : prologues)
+          for (SkinnyEpilogue epi : epilogues) {
+            const std::int64_t out =
+                epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
+            // Bias and weights_ready alternate so that every combination meets both.
+            ++seed;
+            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0};
+            EXPECT_EQ(wrong_fused(p, seed), 0)
+                << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << out
+                << " in " << s.in << " prologue " << name_of(pro) << " epilogue " << name_of(epi)
+                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "");
+            ++cases;
+          }
+  EXPECT_EQ(cases, 2 * 1 * 5 * 2 * 6);
 }
 
 TEST(SkinnyGemm, FusionArguments) {
@@ -441,12 +434,9 @@ TEST(SkinnyGemm, ReportBandwidth) {
     for (int rows : {1, 2, 4, 8})
       report(rows, SkinnyFusion{}, rows <= 4 ? "cuda-core path" : "tensor-core path");
     // One row through the fused kernel of a decode step (weights_ready: the first step loaded
-    // before the wait for the previous call), products on CUDA cores and on tensor cores.
-    for (bool tc : {false, true}) {
-      SkinnyFusion f;
-      f.weights_ready = true;
-      f.tensor_cores = tc;
-      report(1, f, tc ? "fused, tensor cores" : "fused, cuda cores");
-    }
+    // before the wait for the previous call).
+    SkinnyFusion f;
+    f.weights_ready = true;
+    report(1, f, "fused path");
   }
 }
