@@ -3,9 +3,10 @@
 # packs them. Usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_SEQLEN_STEPS picks the steps, default
 # "tests full quick profile presets attention_own peer"; "peer" runs scripts/peers/hf_seqlen.py
-# when torch is there; "decode_ab", only on request, alternates batch-1 decode runs without and
-# with the environment assignment GPUBENCH_DECODE_AB (default GPUBENCH_FUSED_GEMV=mma), twice
-# each, after the transformer GPU tests under B, and prints each run's decode ms per token).
+# and scripts/peers/torch_compiled_decode.py when torch is there; "decode_ab", only on request,
+# alternates batch-1 decode runs without and with the environment assignment GPUBENCH_DECODE_AB
+# (VAR=VALUE, required by the step), twice each, after the transformer GPU tests under B, and
+# prints each run's decode ms per token).
 set -uo pipefail
 out=${1:?usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
@@ -17,6 +18,10 @@ work=$(mktemp -d)/$machine
 mkdir -p "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
 has() { [[ " $steps " == *" $1 "* ]]; }
+if has decode_ab && [[ "${GPUBENCH_DECODE_AB:-}" != *=* ]]; then
+  echo "reference_seqlen.sh: the decode_ab step needs GPUBENCH_DECODE_AB=VAR=VALUE" >&2
+  exit 2
+fi
 nvidia-smi >"$work/nvidia-smi.txt" 2>&1
 if has tests; then
   for t in transformer_kernels attention decode_attention skinny_gemm cudnn_attention transformer; do
@@ -36,7 +41,7 @@ has attention_own && timed seqlen_attention_own 200 "$bin" seqlen --attention ow
   --seq-lens 2048,8192 --batch-sizes 1 --output-lens 50 --force-length \
   --output-dir "$work/seqlen_attention_own"
 if has decode_ab; then
-  ab=${GPUBENCH_DECODE_AB:-GPUBENCH_FUSED_GEMV=mma}
+  ab=$GPUBENCH_DECODE_AB
   echo "decode_ab: A = as is, B = $ab" | tee -a "$work/steps.log"
   timed gpu_test_transformer_b 300 env "$ab" "$build/tests/gpu_test_transformer"
   decode=(seqlen --seq-lens 512,2048,8192 --batch-sizes 1 --output-lens 50 --force-length)
@@ -56,8 +61,11 @@ except (OSError, KeyError, ValueError) as e:
 PY
   done
 fi
-has peer && python3 -c "import torch" 2>/dev/null &&
+if has peer && python3 -c "import torch" 2>/dev/null; then
   timed hf_seqlen 300 python3 scripts/peers/hf_seqlen.py llama-2-7b 512,2048,8192
+  timed torch_compiled_decode 400 python3 scripts/peers/torch_compiled_decode.py llama-2-7b \
+    512,2048,8192 30
+fi
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
 for f in seqlen_full seqlen_quick seqlen_attention_own; do
@@ -65,3 +73,4 @@ for f in seqlen_full seqlen_quick seqlen_attention_own; do
 done
 grep -h "PASSED\|FAILED" "$work"/gpu_test_*.log
 cat "$work/hf_seqlen.log" 2>/dev/null
+grep -h "^check\|^torch.compile" "$work/torch_compiled_decode.log" 2>/dev/null
