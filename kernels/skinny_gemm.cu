@@ -31,6 +31,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "device_common.cuh"
@@ -327,9 +329,12 @@ __device__ __forceinline__ void group_rows(const T* w, std::int64_t grp, std::in
 // two (16 warps, 64 KiB of W in flight per SM) ran a llama-2-7b decode step faster than three
 // at 80 registers, the unfused kernel's shape.
 constexpr int kFusedBlocksPerSm = 2;
+// 16-byte pieces of W per lane and step of the fused kernel (8 KiB of W a warp per step, twice
+// kVecPieces), with the balanced grid: a llama-2-7b decode step ran 0.7-1.6% faster on an H200.
+constexpr int kFusedWidePieces = 16;
 
 // The fused GEMV of a decode step with one row of X (SkinnyFusion): the CUDA-core kernel's
-// stream of W (warps over W rows, kVecPieces 16-byte pieces of a row per lane and step), with
+// stream of W (warps over W rows, PIECES 16-byte pieces of a row per lane and step), with
 // RW = 2 for SwiGlu (the gate row g and the up row g + out/2 together) and
 // - kNorm, the RMSNorm prologue: the product of a W row with rms_norm(x) * nw is
 //   rstd * sum_k W[k] (x[k] nw[k]), rstd = 1 / sqrt(mean(x^2) + eps). Each warp reads all of x
@@ -338,13 +343,13 @@ constexpr int kFusedBlocksPerSm = 2;
 // - the epilogue (residual add, activation, SwiGLU) on lane 0's sums;
 // - with weights_ready, each warp's first step of W loaded before the wait for the previous
 //   kernel (pdl.cuh), so that W streams while that kernel drains.
-template <class T, int RW, bool kNorm>
+template <class T, int RW, bool kNorm, int PIECES>
 __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     fused_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                       T* __restrict__ y, std::int64_t out, std::int64_t in, SkinnyFusion f) {
   pdl_trigger();
-  constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
-  constexpr int kStep = 32 * 8 * KU;   // k per step
+  constexpr int KU = PIECES / RW;     // 16-byte pieces of each W row per lane and step
+  constexpr int kStep = 32 * 8 * KU;  // k per step
   constexpr unsigned kFull = 0xffffffffu;
   const int lane = threadIdx.x % 32;
   const std::int64_t pair = out / 2;  // SwiGlu (RW 2): gate row g, up row g + pair
@@ -459,16 +464,45 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
   GPB_CHECK_LAUNCH();
 }
 
+// GPUBENCH_FUSED_GEMV=narrow: the fused kernel as it was before the balanced grid and the wide
+// steps (every SM's share of blocks, kVecPieces a step), for A/B runs of a decode step.
+bool fused_gemv_narrow() {
+  static const bool narrow = [] {
+    const char* e = std::getenv("GPUBENCH_FUSED_GEMV");
+    return e != nullptr && std::strcmp(e, "narrow") == 0;
+  }();
+  return narrow;
+}
+
 template <class T, int RW, bool kNorm>
 void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                          std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
   const std::int64_t groups = RW == 2 ? out / 2 : out;
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
-  const std::int64_t blocks =
+  std::int64_t blocks =
       std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
-  launch_pdl(fused_gemv_kernel<T, RW, kNorm>, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
-             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-             static_cast<T*>(y), out, in, f);
+  const bool narrow = fused_gemv_narrow();
+  if (!narrow) {
+    // Balanced: as few blocks as keep every warp's count of row groups what the full grid gives
+    // the busiest warp (gate|up of a 7B model: 11008 pairs over 2112 warps leave 448 warps a
+    // 6th pair while the rest are done; 230 blocks give 1808 of their 1840 warps 6 pairs).
+    const std::int64_t per_warp = (groups + blocks * kVecWarps - 1) / (blocks * kVecWarps);
+    blocks = (groups + per_warp * kVecWarps - 1) / (per_warp * kVecWarps);
+  }
+  // kFusedWidePieces a step where the kernel has registers for them (not the RMSNorm one-row
+  // kernel, which would spill).
+  if constexpr (!(RW == 1 && kNorm)) {
+    if (!narrow) {
+      launch_pdl(fused_gemv_kernel<T, RW, kNorm, kFusedWidePieces>, static_cast<unsigned>(blocks),
+                 kVecThreads, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+                 static_cast<const T*>(bias), static_cast<T*>(y), out, in, f);
+      GPB_CHECK_LAUNCH();
+      return;
+    }
+  }
+  launch_pdl(fused_gemv_kernel<T, RW, kNorm, kVecPieces>, static_cast<unsigned>(blocks),
+             kVecThreads, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+             static_cast<const T*>(bias), static_cast<T*>(y), out, in, f);
   GPB_CHECK_LAUNCH();
 }
 

@@ -252,7 +252,8 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
   struct Shape {
     std::int64_t out, in;
   };
-  const Shape shapes[] = {{998, 264}, {37, 1032}, {4096, 4096}, {8002, 520}, {30, 11008}};
+  const Shape shapes[] = {{998, 264},  {37, 1032},  {4096, 4096},
+                          {8002, 520}, {30, 11008}, {2500, 8200}};
   const SkinnyPrologue prologues[] = {SkinnyPrologue::None, SkinnyPrologue::RmsNorm};
   const SkinnyEpilogue epilogues[] = {SkinnyEpilogue::None,     SkinnyEpilogue::Residual,
                                       SkinnyEpilogue::Relu,     SkinnyEpilogue::Gelu,
@@ -275,7 +276,7 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
                 << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "");
             ++cases;
           }
-  EXPECT_EQ(cases, 2 * 1 * 5 * 2 * 6);
+  EXPECT_EQ(cases, 2 * 1 * 6 * 2 * 6);
 }
 
 TEST(SkinnyGemm, FusionArguments) {
