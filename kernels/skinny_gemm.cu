@@ -326,8 +326,8 @@ __device__ __forceinline__ void group_rows(const T* w, std::int64_t grp, std::in
 }
 
 // Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
-// two (16 warps, 64 KiB of W in flight per SM) ran a llama-2-7b decode step faster than three
-// at 80 registers, the unfused kernel's shape.
+// two (16 warps, 64 KiB of W in flight per SM at 4 KiB steps) ran a llama-2-7b decode step
+// faster than three at 80 registers, the unfused kernel's shape.
 constexpr int kFusedBlocksPerSm = 2;
 // 16-byte pieces of W per lane and step of the fused kernel (8 KiB of W a warp per step, twice
 // kVecPieces), with the balanced grid: a llama-2-7b decode step ran 0.7-1.6% faster on an H200.
