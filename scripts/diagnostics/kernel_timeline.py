@@ -57,14 +57,15 @@ def main():
         sys.exit("kernel_timeline.py: no kernel replayed from a CUDA graph in " + a.trace)
     graph = max(graphs, key=lambda g: graphs[g])
     mine = [r for r in rows if r[2] == graph]
-    nodes = len({r[3] for r in mine})
-    # Replays: consecutive runs of `nodes` kernels in start order, each node once.
-    replays = [mine[i:i + nodes] for i in range(0, len(mine) - nodes + 1, nodes)]
-    replays = [rp for rp in replays if len({r[3] for r in rp}) == nodes]
-    order = [r[3] for r in replays[0]]
-    replays = [rp for rp in replays if [r[3] for r in rp] == order]
-    if not replays:
-        sys.exit("kernel_timeline.py: the graph's replays do not run their kernels in one order")
+    # Replay i of the graph: the i-th run of each of its nodes (by start time); the kernels of a
+    # replay in the order they started in the first one.
+    runs = collections.defaultdict(list)
+    for r in mine:
+        runs[r[3]].append(r)
+    count = min(len(v) for v in runs.values())
+    order = sorted(runs, key=lambda node: runs[node][0][0])
+    replays = [[runs[node][i] for node in order] for i in range(count)]
+    nodes = len(order)
     short = short_names(sorted({r[5] for r in mine}))
     med = lambda v: statistics.median(v) / 1000 if v else 0.0
     n = nodes
