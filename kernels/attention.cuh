@@ -30,6 +30,11 @@ struct AttentionArgs {
   int max_context = 1;  // rows per batch of the K/V caches
   std::int64_t q_stride = 0, kv_stride = 0;  // 0: heads*head_dim / kv_heads*head_dim
   float scale = 0;                           // 0: 1/sqrt(head_dim)
+  // Decode only, an experiment (off unless set): bytes the next kernel will read, asked into L2
+  // by the split kernel's blocks before they wait for the previous kernel. Not read by it.
+  const void* l2_prefetch = nullptr;
+  std::size_t l2_prefetch_bytes = 0;
+  bool l2_prefetch_evict_last = false;  // the prefetch with an evict_last L2 policy
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

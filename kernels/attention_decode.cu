@@ -66,7 +66,35 @@ struct DecodeParams {
   std::int64_t q_stride, kv_stride;
   int heads, kv_heads, group, hsub, max_context, keys, splits, chunk;
   float qscale;  // softmax scale * log2(e): scores in log2 units, exponentials via exp2f
+  const unsigned char* prefetch;  // AttentionArgs::l2_prefetch, a multiple of 16 bytes
+  std::size_t prefetch_bytes;
+  bool prefetch_evict_last;
 };
+
+// This block's share of p.prefetch asked into L2 (cp.async.bulk.prefetch.L2), a piece a lane of
+// warp 0. Nothing waits for it.
+__device__ __forceinline__ void prefetch_share(const DecodeParams& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.prefetch_bytes == 0 || threadIdx.x >= 32) return;
+  const std::size_t blocks = static_cast<std::size_t>(gridDim.x) * gridDim.y;
+  const std::size_t id = static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const std::size_t share = (p.prefetch_bytes / blocks + 32 * 16 - 1) / (32 * 16) * (32 * 16);
+  const std::size_t piece = share / 32;
+  const std::size_t begin = id * share + threadIdx.x * piece;
+  if (begin >= p.prefetch_bytes) return;
+  const unsigned bytes = static_cast<unsigned>(std::min(piece, p.prefetch_bytes - begin));
+  const unsigned char* src = p.prefetch + begin;
+  if (p.prefetch_evict_last) {
+    std::uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src),
+                 "r"(bytes), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+  }
+#endif
+}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -94,7 +122,9 @@ __device__ __forceinline__ uint4 load_once(const void* p) {
 template <class T, int D, int HB>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     decode_split_kernel(const DecodeParams p) {
-  pdl_start();
+  pdl_trigger();
+  prefetch_share(p);  // nothing written by a kernel still running: the next kernel's weights
+  pdl_wait();
   constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
   constexpr int GPW = 32 / P;       // lane groups per warp
   constexpr int NG = kWarps * GPW;  // lane groups per block
@@ -486,6 +516,10 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.splits = splits;
   p.chunk = (p.keys + splits - 1) / splits;
   p.qscale = a.scale * kLog2e;
+  p.prefetch = static_cast<const unsigned char*>(a.l2_prefetch);
+  p.prefetch_bytes =
+      a.l2_prefetch != nullptr && aligned16(a.l2_prefetch) ? a.l2_prefetch_bytes / 16 * 16 : 0;
+  p.prefetch_evict_last = a.l2_prefetch_evict_last;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -6,7 +6,9 @@
 # and scripts/peers/torch_compiled_decode.py when torch is there; "decode_ab", only on request,
 # alternates batch-1 decode runs without and with the environment assignment GPUBENCH_DECODE_AB
 # (VAR=VALUE, required by the step), twice each, after the transformer GPU tests under B, and
-# prints each run's decode ms per token).
+# prints each run's decode ms per token; "trace", only on request, runs one batch-1 decode at
+# context 2048 under GPUBENCH_KERNEL_TRACE, a libkernel_trace.so from
+# scripts/diagnostics/build_kernel_trace.sh, and summarizes its kernel timeline).
 set -uo pipefail
 out=${1:?usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
@@ -60,6 +62,20 @@ except (OSError, KeyError, ValueError) as e:
     print(f"decode_{sys.argv[2]}: no figures ({e})")
 PY
   done
+fi
+if has trace; then
+  if [[ -f "${GPUBENCH_KERNEL_TRACE:-}" ]]; then
+    timed seqlen_trace 200 env CUDA_INJECTION64_PATH="$GPUBENCH_KERNEL_TRACE" \
+      KTRACE_FILE="$work/kernel_trace.tsv" "$bin" seqlen --seq-lens 2048 --batch-sizes 1 \
+      --output-lens 50 --force-length --output-dir "$work/seqlen_trace"
+    python3 "$(dirname "${BASH_SOURCE[0]}")/diagnostics/kernel_timeline.py" \
+      "$work/kernel_trace.tsv" --period 7 --offset 2 >"$work/kernel_timeline_ctx2048.txt" 2>&1
+    tail -9 "$work/kernel_timeline_ctx2048.txt" | tee -a "$work/steps.log"
+    [ -f "$work/kernel_trace.tsv" ] && gzip -f "$work/kernel_trace.tsv"
+  else
+    echo "trace: GPUBENCH_KERNEL_TRACE does not name a libkernel_trace.so; skipped" |
+      tee -a "$work/steps.log"
+  fi
 fi
 if has peer && python3 -c "import torch" 2>/dev/null; then
   timed hf_seqlen 300 python3 scripts/peers/hf_seqlen.py llama-2-7b 512,2048,8192

@@ -51,7 +51,10 @@ def main():
     ap.add_argument("--period", type=int, default=0)
     ap.add_argument("--offset", type=int, default=0)
     a = ap.parse_args()
-    rows = read(a.trace)
+    try:
+        rows = read(a.trace)
+    except (OSError, ValueError) as e:
+        sys.exit(f"kernel_timeline.py: cannot read {a.trace}: {e}")
     graphs = collections.Counter(r[2] for r in rows if r[2] != 0)
     if not graphs:
         sys.exit("kernel_timeline.py: no kernel replayed from a CUDA graph in " + a.trace)

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "attention.cuh"
 #include "gpubench/core/errors.hpp"
@@ -698,6 +700,18 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
     a.q_stride = W;
     a.kv_stride = KV;
     if (decode) {
+      // GPUBENCH_DECODE_L2_PREFETCH=normal|evict_last, an experiment: the attention kernel's
+      // blocks ask the output projection's weights into L2 for the GEMV after it.
+      static const int prefetch = [] {
+        const char* e = std::getenv("GPUBENCH_DECODE_L2_PREFETCH");
+        if (e == nullptr) return 0;
+        return std::strcmp(e, "normal") == 0 ? 1 : std::strcmp(e, "evict_last") == 0 ? 2 : 0;
+      }();
+      if (prefetch != 0) {
+        a.l2_prefetch = L.out_w;
+        a.l2_prefetch_bytes = static_cast<std::size_t>(H) * Q * elem_;
+        a.l2_prefetch_evict_last = prefetch == 2;
+      }
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

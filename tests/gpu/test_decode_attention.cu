@@ -181,6 +181,24 @@ TEST(DecodeAttention, CapturedInGraph) {
   EXPECT_EQ(wrong, 0);
 }
 
+// With an L2 prefetch of another buffer asked (both policies, a size off the blocks' shares),
+// the outputs are the same as without.
+TEST(DecodeAttention, L2PrefetchLeavesOutputs) {
+  DeviceGuard guard(kGpu);
+  const Case c{AttnDtype::BF16, 1, 32, 32, 128, 2048};
+  Buffers bufs(c, 123);
+  attention_reference(bufs.args, nullptr);
+  const auto want = to_host(bufs.out.get(), bufs.out_elems);
+  const int splits = decode_attention_splits(bufs.args, sm_count());
+  DeviceBuffer other(kGpu, (std::size_t{33} << 20) + 48);
+  for (bool evict_last : {false, true}) {
+    bufs.args.l2_prefetch = other.get();
+    bufs.args.l2_prefetch_bytes = other.bytes();
+    bufs.args.l2_prefetch_evict_last = evict_last;
+    EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0) << "evict_last " << evict_last;
+  }
+}
+
 // The engine sizes its workspace with decode_workspace_bytes(max_batch, heads, d, 64 splits):
 // the automatic split count never exceeds 64, fills the SMs for long contexts and stays at one
 // chunk for short ones.
