@@ -35,6 +35,10 @@ struct AttentionArgs {
   const void* l2_prefetch = nullptr;
   std::size_t l2_prefetch_bytes = 0;
   bool l2_prefetch_evict_last = false;  // the prefetch with an evict_last L2 policy
+  // Decode only, an experiment (off unless set): the split kernel signals its dependents after
+  // its loop instead of at its start, and the merge kernel signals its own at its start (by
+  // default it never does), so the kernel after the merge launches while the merge runs.
+  bool late_split_trigger = false;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

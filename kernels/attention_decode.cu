@@ -69,6 +69,7 @@ struct DecodeParams {
   const unsigned char* prefetch;  // AttentionArgs::l2_prefetch, a multiple of 16 bytes
   std::size_t prefetch_bytes;
   bool prefetch_evict_last;
+  bool late_split_trigger;  // AttentionArgs::late_split_trigger
 };
 
 // This block's share of p.prefetch asked into L2 (cp.async.bulk.prefetch.L2), a piece a lane of
@@ -122,7 +123,7 @@ __device__ __forceinline__ uint4 load_once(const void* p) {
 template <class T, int D, int HB>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     decode_split_kernel(const DecodeParams p) {
-  pdl_trigger();
+  if (!p.late_split_trigger) pdl_trigger();
   prefetch_share(p);  // nothing written by a kernel still running: the next kernel's weights
   pdl_wait();
   constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
@@ -263,6 +264,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     }
   }
   cp_async_wait<0>();  // only empty groups are left; the ring is free after the barrier
+  if (p.late_split_trigger) {
+    pdl_trigger();  // the block's last loads are in: the merge may launch
+  }
 
   // Merge the warp's lane groups (lanes P apart), then the warps through shared memory.
 #pragma unroll
@@ -350,8 +354,8 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
 // loads in flight per thread) and one slice writes the normalized result. Launched as a
 // programmatic dependent of the split kernel where the device allows: it waits for the split
 // kernel's results (griddepcontrol.wait) instead of for its own launch. It does not trigger its
-// own dependents early: a decode step whose merge did (the output projection's GEMV launched
-// while the split kernel streams) ran 4% slower on an H200.
+// own dependents early (unless late_split_trigger): a decode step whose merge did (the output
+// projection's GEMV launched while the split kernel streams) ran 4% slower on an H200.
 template <class T, int D>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
   constexpr int C = D / 4;              // float4 columns
@@ -359,9 +363,8 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   extern __shared__ float sh[];         // weight of each chunk
   __shared__ float4 red4[S][C];
   __shared__ float red[kMergeThreads / 32];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  if (p.late_split_trigger) pdl_trigger();
+  pdl_wait();
   const int splits = p.splits;
   const std::int64_t bh = blockIdx.x;
   const float* ml = p.ws_ml + bh * splits * 2;
@@ -520,6 +523,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.prefetch_bytes =
       a.l2_prefetch != nullptr && aligned16(a.l2_prefetch) ? a.l2_prefetch_bytes / 16 * 16 : 0;
   p.prefetch_evict_last = a.l2_prefetch_evict_last;
+  p.late_split_trigger = a.late_split_trigger;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -712,6 +712,12 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
         a.l2_prefetch_bytes = static_cast<std::size_t>(H) * Q * elem_;
         a.l2_prefetch_evict_last = prefetch == 2;
       }
+      // GPUBENCH_DECODE_TRIGGER=late_split, an experiment (AttentionArgs::late_split_trigger).
+      static const bool late_split = [] {
+        const char* e = std::getenv("GPUBENCH_DECODE_TRIGGER");
+        return e != nullptr && std::strcmp(e, "late_split") == 0;
+      }();
+      a.late_split_trigger = late_split;
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

@@ -182,8 +182,8 @@ TEST(DecodeAttention, CapturedInGraph) {
 }
 
 // With an L2 prefetch of another buffer asked (both policies, a size off the blocks' shares),
-// the outputs are the same as without.
-TEST(DecodeAttention, L2PrefetchLeavesOutputs) {
+// or the late split trigger, the outputs are the same as without.
+TEST(DecodeAttention, ExperimentsLeaveOutputs) {
   DeviceGuard guard(kGpu);
   const Case c{AttnDtype::BF16, 1, 32, 32, 128, 2048};
   Buffers bufs(c, 123);
@@ -197,6 +197,9 @@ TEST(DecodeAttention, L2PrefetchLeavesOutputs) {
     bufs.args.l2_prefetch_evict_last = evict_last;
     EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0) << "evict_last " << evict_last;
   }
+  bufs.args.l2_prefetch = nullptr;
+  bufs.args.late_split_trigger = true;  // the merge's own trigger, with and without a merge
+  for (int s : {splits, 1}) EXPECT_EQ(wrong_outputs(bufs, s, want, true), 0) << "late trigger";
 }
 
 // The engine sizes its workspace with decode_workspace_bytes(max_batch, heads, d, 64 splits):
