@@ -4,9 +4,10 @@
 # (GPUBENCH_BUILD_DIR: the build; GPUBENCH_SEQLEN_STEPS picks the steps, default
 # "tests full quick profile presets attention_own peer"; "peer" runs scripts/peers/hf_seqlen.py
 # and scripts/peers/torch_compiled_decode.py when torch is there; "decode_ab", only on request,
-# alternates batch-1 decode runs without and with the environment assignment GPUBENCH_DECODE_AB
-# (VAR=VALUE, required by the step), twice each, after the transformer GPU tests under B, and
-# prints each run's decode ms per token; "trace", only on request, runs one batch-1 decode at
+# alternates batch-1 decode runs without (a) and with each environment assignment of
+# GPUBENCH_DECODE_AB (VAR=VALUE, required by the step; several separated by ";" are b, c, ...),
+# twice each, after the transformer GPU tests under each, and prints each run's decode ms per
+# token; "trace", only on request, runs one batch-1 decode at
 # context 2048 under GPUBENCH_KERNEL_TRACE, a libkernel_trace.so from
 # scripts/diagnostics/build_kernel_trace.sh, and summarizes its kernel timeline).
 set -uo pipefail
@@ -20,9 +21,13 @@ work=$(mktemp -d)/$machine
 mkdir -p "$work"
 source "$(dirname "${BASH_SOURCE[0]}")/reference_lib.sh"
 has() { [[ " $steps " == *" $1 "* ]]; }
-if has decode_ab && [[ "${GPUBENCH_DECODE_AB:-}" != *=* ]]; then
-  echo "reference_seqlen.sh: the decode_ab step needs GPUBENCH_DECODE_AB=VAR=VALUE" >&2
-  exit 2
+if has decode_ab; then
+  IFS=';' read -r -a abs <<<"${GPUBENCH_DECODE_AB:-}"
+  for ab in "${abs[@]}"; do [[ "$ab" == *=* ]] || abs=(); done
+  if (( ${#abs[@]} == 0 || ${#abs[@]} > 7 )); then
+    echo "reference_seqlen.sh: the decode_ab step needs GPUBENCH_DECODE_AB=VAR=VALUE[;VAR=VALUE...] (1-7)" >&2
+    exit 2
+  fi
 fi
 nvidia-smi >"$work/nvidia-smi.txt" 2>&1
 if has tests; then
@@ -43,15 +48,23 @@ has attention_own && timed seqlen_attention_own 200 "$bin" seqlen --attention ow
   --seq-lens 2048,8192 --batch-sizes 1 --output-lens 50 --force-length \
   --output-dir "$work/seqlen_attention_own"
 if has decode_ab; then
-  ab=$GPUBENCH_DECODE_AB
-  echo "decode_ab: A = as is, B = $ab" | tee -a "$work/steps.log"
-  timed gpu_test_transformer_b 300 env "$ab" "$build/tests/gpu_test_transformer"
+  letters=(b c d e f g h)
+  for k in "${!abs[@]}"; do
+    echo "decode_ab: a = as is, ${letters[$k]} = ${abs[$k]}" | tee -a "$work/steps.log"
+    timed "gpu_test_transformer_${letters[$k]}" 300 env ${abs[$k]} "$build/tests/gpu_test_transformer"
+  done
   decode=(seqlen --seq-lens 512,2048,8192 --batch-sizes 1 --output-lens 50 --force-length)
+  runs=()
   for i in 1 2; do
     timed "decode_a$i" 200 "$bin" "${decode[@]}" --output-dir "$work/decode_a$i"
-    timed "decode_b$i" 200 env "$ab" "$bin" "${decode[@]}" --output-dir "$work/decode_b$i"
+    runs+=("a$i")
+    for k in "${!abs[@]}"; do
+      r=${letters[$k]}$i
+      timed "decode_$r" 200 env ${abs[$k]} "$bin" "${decode[@]}" --output-dir "$work/decode_$r"
+      runs+=("$r")
+    done
   done
-  for r in a1 b1 a2 b2; do
+  for r in "${runs[@]}"; do
     python3 - "$work/decode_$r/seqlen.json" "$r" <<'PY' | tee -a "$work/steps.log"
 import json, sys
 try:
