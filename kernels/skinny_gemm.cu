@@ -491,18 +491,12 @@ void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y
   }
   // kFusedWidePieces a step where the kernel has registers for them (not the RMSNorm one-row
   // kernel, which would spill).
-  if constexpr (!(RW == 1 && kNorm)) {
-    if (!narrow) {
-      launch_pdl(fused_gemv_kernel<T, RW, kNorm, kFusedWidePieces>, static_cast<unsigned>(blocks),
-                 kVecThreads, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-                 static_cast<const T*>(bias), static_cast<T*>(y), out, in, f);
-      GPB_CHECK_LAUNCH();
-      return;
-    }
-  }
-  launch_pdl(fused_gemv_kernel<T, RW, kNorm, kVecPieces>, static_cast<unsigned>(blocks),
-             kVecThreads, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-             static_cast<const T*>(bias), static_cast<T*>(y), out, in, f);
+  auto kernel = fused_gemv_kernel<T, RW, kNorm, kVecPieces>;
+  if constexpr (!(RW == 1 && kNorm))
+    if (!narrow) kernel = fused_gemv_kernel<T, RW, kNorm, kFusedWidePieces>;
+  launch_pdl(kernel, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
+             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+             static_cast<T*>(y), out, in, f);
   GPB_CHECK_LAUNCH();
 }
 
