@@ -31,12 +31,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "device_common.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "pdl.cuh"
 #include "skinny_gemm.cuh"
@@ -467,10 +466,7 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
 // GPUBENCH_FUSED_GEMV=narrow: the fused kernel as it was before the balanced grid and the wide
 // steps (every SM's share of blocks, kVecPieces a step), for A/B runs of a decode step.
 bool fused_gemv_narrow() {
-  static const bool narrow = [] {
-    const char* e = std::getenv("GPUBENCH_FUSED_GEMV");
-    return e != nullptr && std::strcmp(e, "narrow") == 0;
-  }();
+  static const bool narrow = env_is("GPUBENCH_FUSED_GEMV", "narrow");
   return narrow;
 }
 

@@ -5,10 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "attention.cuh"
+#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "skinny_gemm.cuh"
 #include "transformer_engine.cuh"
@@ -702,21 +701,16 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
     if (decode) {
       // GPUBENCH_DECODE_L2_PREFETCH=normal|evict_last, an experiment: the attention kernel's
       // blocks ask the output projection's weights into L2 for the GEMV after it.
-      static const int prefetch = [] {
-        const char* e = std::getenv("GPUBENCH_DECODE_L2_PREFETCH");
-        if (e == nullptr) return 0;
-        return std::strcmp(e, "normal") == 0 ? 1 : std::strcmp(e, "evict_last") == 0 ? 2 : 0;
-      }();
+      static const int prefetch = env_is("GPUBENCH_DECODE_L2_PREFETCH", "normal")       ? 1
+                                  : env_is("GPUBENCH_DECODE_L2_PREFETCH", "evict_last") ? 2
+                                                                                        : 0;
       if (prefetch != 0) {
         a.l2_prefetch = L.out_w;
         a.l2_prefetch_bytes = static_cast<std::size_t>(H) * Q * elem_;
         a.l2_prefetch_evict_last = prefetch == 2;
       }
       // GPUBENCH_DECODE_TRIGGER=late_split, an experiment (AttentionArgs::late_split_trigger).
-      static const bool late_split = [] {
-        const char* e = std::getenv("GPUBENCH_DECODE_TRIGGER");
-        return e != nullptr && std::strcmp(e, "late_split") == 0;
-      }();
+      static const bool late_split = env_is("GPUBENCH_DECODE_TRIGGER", "late_split");
       a.late_split_trigger = late_split;
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
