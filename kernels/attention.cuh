@@ -30,15 +30,16 @@ struct AttentionArgs {
   int max_context = 1;  // rows per batch of the K/V caches
   std::int64_t q_stride = 0, kv_stride = 0;  // 0: heads*head_dim / kv_heads*head_dim
   float scale = 0;                           // 0: 1/sqrt(head_dim)
-  // Decode only, an experiment (off unless set): bytes the next kernel will read, asked into L2
-  // by the split kernel's blocks before they wait for the previous kernel. Not read by it.
-  const void* l2_prefetch = nullptr;
-  std::size_t l2_prefetch_bytes = 0;
-  bool l2_prefetch_evict_last = false;  // the prefetch with an evict_last L2 policy
-  // Decode only, an experiment (off unless set): the split kernel signals its dependents after
-  // its loop instead of at its start, and the merge kernel signals its own at its start (by
-  // default it never does), so the kernel after the merge launches while the merge runs.
-  bool late_split_trigger = false;
+  // Decode only: the step's new key and value (row b at k_new + b * q_stride and v_new + b *
+  // q_stride: the k and v heads of the fused qkv buffer), which decode_attention writes into row
+  // q_pos0 of each sequence's caches before it reads that row, so that no kernel before it has
+  // to. With `rope` the new key and q (read from `q` as they are, not written back) are rotated
+  // on the way: RoPE at position q_pos0 with rope_theta, bit for bit as qkv_to_cache does. Needs
+  // decode_append_supported().
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  bool rope = false;
+  float rope_theta = 10000.0f;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).
@@ -63,5 +64,9 @@ void prefill_attention(const AttentionArgs& a, cudaStream_t stream);
 int decode_attention_splits(const AttentionArgs& a, int sm_count);
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits);
 void decode_attention(const AttentionArgs& a, int splits, void* workspace, cudaStream_t stream);
+// Whether decode_attention can take the step's new key and value (k_new, v_new): query heads a
+// multiple of KV heads, at most 8 per KV head (each KV head's cache row is then written by one
+// block).
+bool decode_append_supported(const AttentionArgs& a);
 
 }  // namespace gpubench

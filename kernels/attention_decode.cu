@@ -6,7 +6,10 @@
 // filled by cp.async, several steps ahead: deep memory parallelism without holding the loads in
 // registers. The lane groups are merged in the block, the chunks by a second kernel (skipped
 // with one chunk), launched as a programmatic dependent of the first on sm_90+ so that its
-// launch overlaps the first kernel.
+// launch overlaps the first kernel. With the step's new key and value given
+// (AttentionArgs::k_new), the block whose chunk holds position q_pos0 writes them into the caches
+// first, rotated by RoPE where asked, and every block rotates its queries as it loads them: RoPE
+// and the cache write need no kernel of their own.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -44,7 +47,8 @@ int heads_per_block(int group) {
 }
 // Keys each lane group takes per step, and shared-memory stages (steps) in the ring: kStages-1
 // steps of K and V rows are in flight while one is computed. 3 stages x 4 keys x (K, V) x 16
-// bytes x 128 threads = 48 KiB, the most a block gets without opting in.
+// bytes x 128 threads = 48 KiB, the most a block gets without opting in (the kernel has no static
+// shared memory).
 constexpr int kKeysPerStep = 4;
 constexpr int kStages = 3;
 constexpr std::size_t kStageBytes =
@@ -65,37 +69,12 @@ struct DecodeParams {
   float* ws_ml;  // [batch*heads*splits][2] running max (log2 units) and sum of each chunk
   std::int64_t q_stride, kv_stride;
   int heads, kv_heads, group, hsub, max_context, keys, splits, chunk;
-  float qscale;  // softmax scale * log2(e): scores in log2 units, exponentials via exp2f
-  const unsigned char* prefetch;  // AttentionArgs::l2_prefetch, a multiple of 16 bytes
-  std::size_t prefetch_bytes;
-  bool prefetch_evict_last;
-  bool late_split_trigger;  // AttentionArgs::late_split_trigger
+  float qscale;       // softmax scale * log2(e): scores in log2 units, exponentials via exp2f
+  const void* k_new;  // AttentionArgs::k_new (null: the caches hold the new row already)
+  const void* v_new;
+  bool rope;
+  double log2_theta;
 };
-
-// This block's share of p.prefetch asked into L2 (cp.async.bulk.prefetch.L2), a piece a lane of
-// warp 0. Nothing waits for it.
-__device__ __forceinline__ void prefetch_share(const DecodeParams& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.prefetch_bytes == 0 || threadIdx.x >= 32) return;
-  const std::size_t blocks = static_cast<std::size_t>(gridDim.x) * gridDim.y;
-  const std::size_t id = static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const std::size_t share = (p.prefetch_bytes / blocks + 32 * 16 - 1) / (32 * 16) * (32 * 16);
-  const std::size_t piece = share / 32;
-  const std::size_t begin = id * share + threadIdx.x * piece;
-  if (begin >= p.prefetch_bytes) return;
-  const unsigned bytes = static_cast<unsigned>(std::min(piece, p.prefetch_bytes - begin));
-  const unsigned char* src = p.prefetch + begin;
-  if (p.prefetch_evict_last) {
-    std::uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src),
-                 "r"(bytes), "l"(policy)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-  }
-#endif
-}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -118,14 +97,34 @@ __device__ __forceinline__ uint4 load_once(const void* p) {
   return r;
 }
 
+// A lane's 8 elements of a head (lanes of a P-lane group hold elements 8 li .. 8 li + 7) turned
+// by RoPE (device_common.cuh) with the angles' cos and sin of its elements: the partner of element
+// i < D/2 is i + D/2, P/2 lanes away. Every lane of `mask` (whole P-lane groups) takes part.
+template <class T, int P>
+__device__ __forceinline__ uint4 rope_lane(const uint4& v, int li, const float (&cos_a)[8],
+                                           const float (&sin_a)[8], unsigned mask) {
+  float x[8], y[8];
+  unpack8<T>(v, x);
+  const bool first = li < P / 2;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float other = __shfl_xor_sync(mask, x[e], P / 2);
+    float y1, y2;
+    if (first)
+      rope_rotate(x[e], other, cos_a[e], sin_a[e], y1, y2);
+    else
+      rope_rotate(other, x[e], cos_a[e], sin_a[e], y1, y2);
+    y[e] = first ? y1 : y2;
+  }
+  return pack8<T>(y);
+}
+
 // Grid: x = (b * kv_heads + g) * hsub + sub (sub: which HB-head slice of the group), y = chunk.
-// Dynamic shared memory: kStageBytes, the cp.async ring, reused for the final merge.
+// Dynamic shared memory: kStageBytes, the cp.async ring, reused for the merges.
 template <class T, int D, int HB>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     decode_split_kernel(const DecodeParams p) {
-  if (!p.late_split_trigger) pdl_trigger();
-  prefetch_share(p);  // nothing written by a kernel still running: the next kernel's weights
-  pdl_wait();
+  pdl_trigger();  // the merge kernel may launch: it waits for this grid in griddepcontrol.wait
   constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
   constexpr int GPW = 32 / P;       // lane groups per warp
   constexpr int NG = kWarps * GPW;  // lane groups per block
@@ -149,6 +148,59 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   const std::int64_t cache_row0 = static_cast<std::int64_t>(b) * p.max_context;
   const T* kb = static_cast<const T*>(p.k) + cache_row0 * p.kv_stride + g * D + li * 8;
   const T* vb = static_cast<const T*>(p.v) + cache_row0 * p.kv_stride + g * D + li * 8;
+
+  // RoPE's cos and sin at the new position for the pairs of a head, a warp's lanes computing
+  // D/64 of them each (position and lane only: before the wait, while the previous kernel
+  // drains), handed to the lanes that rotate by shuffles. No shared memory: the ring has it all.
+  const int pos = p.keys - 1;
+  constexpr int kPairs = D / 64;  // pairs a lane computes: D/2 pairs over 32 lanes
+  float my_cos[kPairs] = {}, my_sin[kPairs] = {};
+  if (p.rope) {
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j)
+      rope_angle(pos, rope_inv_freq(lane * kPairs + j, D, p.log2_theta), my_cos[j], my_sin[j]);
+  }
+  // A lane's 8 elements turned by RoPE (rope_lane); every lane of the warp takes part.
+  auto rotate = [&](const uint4& v) {
+    float cos_a[8], sin_a[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int pair = (li % (P / 2)) * 8 + e;
+      float c = 0, s = 0;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {  // shuffle every slot; keep the pair's
+        const float cj = __shfl_sync(kFull, my_cos[j], pair / kPairs);
+        const float sj = __shfl_sync(kFull, my_sin[j], pair / kPairs);
+        if (pair % kPairs == j) {
+          c = cj;
+          s = sj;
+        }
+      }
+      cos_a[e] = c;
+      sin_a[e] = s;
+    }
+    return rope_lane<T, P>(v, li, cos_a, sin_a, kFull);
+  };
+  pdl_wait();
+  // The new key and value into the caches, by the block whose chunk holds them (one per KV head:
+  // hsub is 1), before any thread of it loads that row: warp 0 the key (rotated), warp 1 the
+  // value. The row is read back through L2 like the others.
+  if (p.k_new != nullptr && begin <= pos && pos < end) {
+    if (warp < 2) {  // whole warps, for the shuffles; lanes past P repeat lanes 0..P-1's loads
+      const std::int64_t src = static_cast<std::int64_t>(b) * p.q_stride + g * D + li * 8;
+      const std::int64_t dst = (cache_row0 + pos) * p.kv_stride + g * D + li * 8;
+      if (warp == 0) {
+        uint4 key = load_once(static_cast<const T*>(p.k_new) + src);
+        if (p.rope) key = rotate(key);
+        if (lane < P)
+          *reinterpret_cast<uint4*>(const_cast<T*>(static_cast<const T*>(p.k)) + dst) = key;
+      } else if (lane < P) {
+        *reinterpret_cast<uint4*>(const_cast<T*>(static_cast<const T*>(p.v)) + dst) =
+            load_once(static_cast<const T*>(p.v_new) + src);
+      }
+    }
+    __syncthreads();
+  }
   // Step `step` of the chunk into ring stage step % kStages. Keys past the end re-read the last
   // key (an L2 hit; masked below). Every call commits a group, empty past the last step, so the
   // wait below always means "the step kStages-1 groups back has landed".
@@ -167,11 +219,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The merge kernel (a programmatic dependent launch) may be launched now: it waits for this
-  // grid's completion in griddepcontrol.wait, and its launch overlaps this kernel.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 
   // This lane's 8 elements of each query head, pre-scaled; padding heads score 0 and are dropped.
   float q[HB][8];
@@ -180,8 +227,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
                   static_cast<std::int64_t>(h0) * D + li * 8;
 #pragma unroll
     for (int hh = 0; hh < HB; ++hh) {
-      if (hh < nh) {
-        unpack8<T>(load_once(qb + hh * D), q[hh]);
+      if (hh < nh) {  // block-uniform: every lane shuffles in rope_lane
+        uint4 qv = load_once(qb + hh * D);
+        if (p.rope) qv = rotate(qv);
+        unpack8<T>(qv, q[hh]);
 #pragma unroll
         for (int i = 0; i < 8; ++i) q[hh][i] *= p.qscale;
       } else {
@@ -264,9 +313,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     }
   }
   cp_async_wait<0>();  // only empty groups are left; the ring is free after the barrier
-  if (p.late_split_trigger) {
-    pdl_trigger();  // the block's last loads are in: the merge may launch
-  }
 
   // Merge the warp's lane groups (lanes P apart), then the warps through shared memory.
 #pragma unroll
@@ -354,8 +400,8 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
 // loads in flight per thread) and one slice writes the normalized result. Launched as a
 // programmatic dependent of the split kernel where the device allows: it waits for the split
 // kernel's results (griddepcontrol.wait) instead of for its own launch. It does not trigger its
-// own dependents early (unless late_split_trigger): a decode step whose merge did (the output
-// projection's GEMV launched while the split kernel streams) ran 4% slower on an H200.
+// own dependents early: a decode step whose merge did (the output projection's GEMV launched
+// while the split kernel streams) ran 4% slower on an H200.
 template <class T, int D>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
   constexpr int C = D / 4;              // float4 columns
@@ -363,7 +409,6 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   extern __shared__ float sh[];         // weight of each chunk
   __shared__ float4 red4[S][C];
   __shared__ float red[kMergeThreads / 32];
-  if (p.late_split_trigger) pdl_trigger();
   pdl_wait();
   const int splits = p.splits;
   const std::int64_t bh = blockIdx.x;
@@ -486,6 +531,10 @@ std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits) {
   return static_cast<std::size_t>(a.batch) * a.heads * splits * (2 + a.head_dim) * sizeof(float);
 }
 
+bool decode_append_supported(const AttentionArgs& a) {
+  return a.kv_heads >= 1 && a.heads % a.kv_heads == 0 && a.heads / a.kv_heads <= 8;
+}
+
 void decode_attention(const AttentionArgs& args, int splits, void* workspace, cudaStream_t stream) {
   const AttentionArgs a = resolved_attention_args(args);
   if (a.head_dim != 64 && a.head_dim != 128)
@@ -505,6 +554,14 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.k = a.k;
   p.v = a.v;
   p.out = a.out;
+  if ((a.k_new != nullptr || a.v_new != nullptr) &&
+      (a.k_new == nullptr || a.v_new == nullptr || !decode_append_supported(a) ||
+       !aligned16(a.k_new) || !aligned16(a.v_new)))
+    throw InputError(
+        "decode_attention: the new key and value need each other, 16-byte alignment and at most "
+        "8 query heads per KV head");
+  if (a.rope && a.k_new != nullptr && (!(a.rope_theta > 1.0f) || !std::isfinite(a.rope_theta)))
+    throw InputError("decode_attention: rope_theta must be a finite number above 1");
   const std::size_t o_floats =
       static_cast<std::size_t>(a.batch) * a.heads * splits * static_cast<std::size_t>(a.head_dim);
   p.ws_o = static_cast<float*>(workspace);
@@ -519,11 +576,10 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.splits = splits;
   p.chunk = (p.keys + splits - 1) / splits;
   p.qscale = a.scale * kLog2e;
-  p.prefetch = static_cast<const unsigned char*>(a.l2_prefetch);
-  p.prefetch_bytes =
-      a.l2_prefetch != nullptr && aligned16(a.l2_prefetch) ? a.l2_prefetch_bytes / 16 * 16 : 0;
-  p.prefetch_evict_last = a.l2_prefetch_evict_last;
-  p.late_split_trigger = a.late_split_trigger;
+  p.k_new = a.k_new;
+  p.v_new = a.v_new;
+  p.rope = a.rope && a.k_new != nullptr;
+  p.log2_theta = p.rope ? std::log2(static_cast<double>(a.rope_theta)) : 0.0;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

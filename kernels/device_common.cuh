@@ -1,6 +1,7 @@
 #pragma once
 // Device helpers the engine's kernels share: bf16 / fp16 storage to and from fp32, 16-byte packs
-// of 8 values to floats, and the MLP's activations (SiLU of the gated MLP, GELU).
+// of 8 values to and from floats, RoPE's rotation, and the MLP's activations (SiLU of the gated
+// MLP, GELU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,6 +43,39 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
       f[2 * i + 1] = p.y;
     }
   }
+}
+
+// 8 floats to 8 packed bf16 / fp16 values (16 bytes), rounded to nearest, in order.
+template <class T>
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  unsigned v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const T lo = from_float<T>(f[2 * i]), hi = from_float<T>(f[2 * i + 1]);
+    unsigned short a, b;
+    memcpy(&a, &lo, sizeof(a));
+    memcpy(&b, &hi, sizeof(b));
+    v[i] = static_cast<unsigned>(a) | (static_cast<unsigned>(b) << 16);
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// RoPE (rotate_half), the same arithmetic in every kernel that rotates: pair i of a head pairs
+// elements i and i + head_dim/2 and turns by pos * inv_freq[i], inv_freq[i] =
+// theta^(-2i/head_dim) computed in double and rounded to fp32 like HuggingFace's fp32 table; the
+// angle is an fp32 product, as there, and the rotation rounds each product (no contraction), so
+// kernels agree bit for bit.
+__device__ __forceinline__ float rope_inv_freq(int i, int head_dim, double log2_theta) {
+  return static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+}
+__device__ __forceinline__ void rope_angle(int pos, float inv_freq, float& cos_a, float& sin_a) {
+  sincosf(static_cast<float>(pos) * inv_freq, &sin_a, &cos_a);
+}
+// (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float cos_a, float sin_a, float& y1,
+                                            float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, cos_a), __fmul_rn(x2, sin_a));
+  y2 = __fadd_rn(__fmul_rn(x2, cos_a), __fmul_rn(x1, sin_a));
 }
 
 // SiLU(x) = x * sigmoid(x), the gate of SwiGLU.

@@ -165,8 +165,8 @@ __global__ void embedding_kernel(T* out, const T* table, const std::int32_t* tok
 
 // ---------------------------------------------------------------------------------------------
 // RoPE: one thread per (token, head, pair i). Each block first computes inv_freq[i] for its
-// head_dim into shared memory: in double, exp2(-(2i/head_dim) log2 theta), then rounded to fp32
-// like HuggingFace's fp32 table; the angle position * inv_freq is an fp32 product, as there.
+// head_dim into shared memory (rope_inv_freq, device_common.cuh: the arithmetic every rotating
+// kernel shares, decode attention's included).
 
 template <class T>
 __global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int64_t tokens,
@@ -175,7 +175,7 @@ __global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int6
   __shared__ float inv_freq[kMaxRopeHeadDim / 2];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    inv_freq[i] = static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+    inv_freq[i] = rope_inv_freq(i, head_dim, log2_theta);
   }
   __syncthreads();
 
@@ -187,11 +187,11 @@ __global__ void rope_kernel(T* q, T* k, const std::int32_t* positions, std::int6
     const std::int64_t t = idx / half / heads;
     T* x = head < num_heads ? q + t * q_stride + head * head_dim
                             : k + t * k_stride + (head - num_heads) * head_dim;
-    float sin_a, cos_a;
-    sincosf(static_cast<float>(positions[t]) * inv_freq[i], &sin_a, &cos_a);
-    const float x1 = to_float(x[i]), x2 = to_float(x[i + half]);
-    x[i] = from_float<T>(x1 * cos_a - x2 * sin_a);
-    x[i + half] = from_float<T>(x2 * cos_a + x1 * sin_a);
+    float cos_a, sin_a, y1, y2;
+    rope_angle(positions[t], inv_freq[i], cos_a, sin_a);
+    rope_rotate(to_float(x[i]), to_float(x[i + half]), cos_a, sin_a, y1, y2);
+    x[i] = from_float<T>(y1);
+    x[i + half] = from_float<T>(y2);
   }
 }
 
@@ -208,7 +208,7 @@ __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_
   __shared__ float inv_freq[kMaxRopeHeadDim / 2];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    inv_freq[i] = static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+    inv_freq[i] = rope_inv_freq(i, head_dim, log2_theta);
   }
   __syncthreads();
   const int heads = num_heads + 2 * num_kv_heads;
@@ -247,10 +247,9 @@ __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_
     float y1[kChunk], y2[kChunk];
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
-      float sin_a, cos_a;
-      sincosf(static_cast<float>(pos) * inv_freq[c + j], &sin_a, &cos_a);
-      y1[j] = x1[j] * cos_a - x2[j] * sin_a;
-      y2[j] = x2[j] * cos_a + x1[j] * sin_a;
+      float cos_a, sin_a;
+      rope_angle(pos, inv_freq[c + j], cos_a, sin_a);
+      rope_rotate(x1[j], x2[j], cos_a, sin_a, y1[j], y2[j]);
     }
     store<kChunk>(dst + c, y1);
     store<kChunk>(dst + c + half, y2);

@@ -9,7 +9,8 @@
 # twice each, after the transformer GPU tests under each, and prints each run's decode ms per
 # token; "trace", only on request, runs one batch-1 decode at
 # context 2048 under GPUBENCH_KERNEL_TRACE, a libkernel_trace.so from
-# scripts/diagnostics/build_kernel_trace.sh, and summarizes its kernel timeline).
+# scripts/diagnostics/build_kernel_trace.sh, and summarizes its kernel timeline with
+# GPUBENCH_TRACE_PERIOD kernels a layer, default 6: 7 with GPUBENCH_DECODE_ATTENTION=separate).
 set -uo pipefail
 out=${1:?usage: scripts/reference_seqlen.sh OUT_DIR [MACHINE_NAME]}
 machine=${2:-machine}
@@ -82,7 +83,8 @@ if has trace; then
       KTRACE_FILE="$work/kernel_trace.tsv" "$bin" seqlen --seq-lens 2048 --batch-sizes 1 \
       --output-lens 50 --force-length --output-dir "$work/seqlen_trace"
     python3 "$(dirname "${BASH_SOURCE[0]}")/diagnostics/kernel_timeline.py" \
-      "$work/kernel_trace.tsv" --period 7 --offset 2 >"$work/kernel_timeline_ctx2048.txt" 2>&1
+      "$work/kernel_trace.tsv" --period "${GPUBENCH_TRACE_PERIOD:-6}" --offset 2 \
+      >"$work/kernel_timeline_ctx2048.txt" 2>&1
     tail -9 "$work/kernel_timeline_ctx2048.txt" | tee -a "$work/steps.log"
     [ -f "$work/kernel_trace.tsv" ] && gzip -f "$work/kernel_trace.tsv"
   else

@@ -672,9 +672,33 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   }
   unsigned char* const k_cache = cache_ptr(L.k_cache, r);
   unsigned char* const v_cache = cache_ptr(L.v_cache, r);
-  {
+  const bool rotary = m.positions == Positions::Rope;
+  AttentionArgs a;
+  a.q = qkv;
+  a.k = k_cache;
+  a.v = v_cache;
+  a.out = row_ptr(attn_, r, Q);
+  a.dtype = attn_dtype(opts_.dtype);
+  a.batch = r.batch;
+  a.q_tokens = r.tokens;
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = m.head_dim;
+  a.q_pos0 = r.pos0;
+  a.max_context = opts_.max_context;
+  a.q_stride = W;
+  a.kv_stride = KV;
+  // A decode step's RoPE and cache write run inside the attention kernel (timed as attention),
+  // unless GPUBENCH_DECODE_ATTENTION=separate asks for a kernel of their own (A/B runs).
+  static const bool separate = env_is("GPUBENCH_DECODE_ATTENTION", "separate");
+  const bool append = decode && !separate && decode_append_supported(a);
+  if (append) {
+    a.k_new = qkv + Q * elem_;
+    a.v_new = qkv + (Q + KV) * elem_;
+    a.rope = rotary;
+    a.rope_theta = static_cast<float>(m.rope_theta);
+  } else {
     // RoPE on q and k, k and v into the caches: one kernel.
-    const bool rotary = m.positions == Positions::Rope;
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
     qkv_to_cache(qkv, r.rows, r.tokens, heads, kv_heads, m.head_dim, W,
                  positions_.as<std::int32_t>() + r.row0, rotary,
@@ -683,35 +707,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   }
   {
     OpScope scope(observer_, "attention", l, stream);
-    AttentionArgs a;
-    a.q = qkv;
-    a.k = k_cache;
-    a.v = v_cache;
-    a.out = row_ptr(attn_, r, Q);
-    a.dtype = attn_dtype(opts_.dtype);
-    a.batch = r.batch;
-    a.q_tokens = r.tokens;
-    a.heads = heads;
-    a.kv_heads = kv_heads;
-    a.head_dim = m.head_dim;
-    a.q_pos0 = r.pos0;
-    a.max_context = opts_.max_context;
-    a.q_stride = W;
-    a.kv_stride = KV;
     if (decode) {
-      // GPUBENCH_DECODE_L2_PREFETCH=normal|evict_last, an experiment: the attention kernel's
-      // blocks ask the output projection's weights into L2 for the GEMV after it.
-      static const int prefetch = env_is("GPUBENCH_DECODE_L2_PREFETCH", "normal")       ? 1
-                                  : env_is("GPUBENCH_DECODE_L2_PREFETCH", "evict_last") ? 2
-                                                                                        : 0;
-      if (prefetch != 0) {
-        a.l2_prefetch = L.out_w;
-        a.l2_prefetch_bytes = static_cast<std::size_t>(H) * Q * elem_;
-        a.l2_prefetch_evict_last = prefetch == 2;
-      }
-      // GPUBENCH_DECODE_TRIGGER=late_split, an experiment (AttentionArgs::late_split_trigger).
-      static const bool late_split = env_is("GPUBENCH_DECODE_TRIGGER", "late_split");
-      a.late_split_trigger = late_split;
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

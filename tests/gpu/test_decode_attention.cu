@@ -3,8 +3,10 @@
 // 16, which take the padded and the multi-block head paths), batch 1 and 3, head_dim 64 and 128,
 // bf16 and fp16, strided q and caches as in the engine's fused qkv buffer, several split counts,
 // the merge kernel on the default stream and as a programmatic dependent launch on a created
-// stream, and a run captured in a CUDA graph. A last test prints the K/V read bandwidth of the
-// decode shapes of a 7B model (no bound asserted: it is for the record).
+// stream, and a run captured in a CUDA graph. The step's new key and value written and rotated
+// inside the kernel are checked bit for bit against the separate cache-write kernel. A last test
+// prints the K/V read bandwidth of the decode shapes of a 7B model (no bound asserted: it is for
+// the record).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -22,6 +24,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "graph_timing.hpp"
+#include "transformer.cuh"
 
 using namespace gpubench;
 
@@ -181,25 +184,60 @@ TEST(DecodeAttention, CapturedInGraph) {
   EXPECT_EQ(wrong, 0);
 }
 
-// With an L2 prefetch of another buffer asked (both policies, a size off the blocks' shares),
-// or the late split trigger, the outputs are the same as without.
-TEST(DecodeAttention, ExperimentsLeaveOutputs) {
+// The step's new key and value given to decode_attention (k_new, v_new, with RoPE or without) do
+// bit for bit what the engine's separate kernels do: qkv_to_cache (q rotated in place, k rotated
+// and v copied into the caches), then decode_attention on the caches. Outputs and whole caches
+// are compared; the fused qkv rows are random, so the new rows differ from what the caches held.
+// Split counts include 64 at 100 keys, where the new key's chunk is not the last one.
+TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
   DeviceGuard guard(kGpu);
-  const Case c{AttnDtype::BF16, 1, 32, 32, 128, 2048};
-  Buffers bufs(c, 123);
-  attention_reference(bufs.args, nullptr);
-  const auto want = to_host(bufs.out.get(), bufs.out_elems);
-  const int splits = decode_attention_splits(bufs.args, sm_count());
-  DeviceBuffer other(kGpu, (std::size_t{33} << 20) + 48);
-  for (bool evict_last : {false, true}) {
-    bufs.args.l2_prefetch = other.get();
-    bufs.args.l2_prefetch_bytes = other.bytes();
-    bufs.args.l2_prefetch_evict_last = evict_last;
-    EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0) << "evict_last " << evict_last;
-  }
-  bufs.args.l2_prefetch = nullptr;
-  bufs.args.late_split_trigger = true;  // the merge's own trigger, with and without a merge
-  for (int s : {splits, 1}) EXPECT_EQ(wrong_outputs(bufs, s, want, true), 0) << "late trigger";
+  const int sms = sm_count();
+  int cases = 0;
+  for (AttnDtype dt : {AttnDtype::BF16, AttnDtype::F16})
+    for (int d : {64, 128})
+      for (const auto& [heads, kv_heads] : {std::pair{32, 32}, std::pair{8, 2}, std::pair{64, 8}})
+        for (int keys : {1, 100, 3000})
+          for (bool rope : {true, false}) {
+            const int batch = 2;
+            const int width = (heads + 2 * kv_heads) * d;  // the fused qkv row
+            const Case c{dt, batch, heads, kv_heads, d, keys, width - heads * d, 0};
+            const std::uint64_t seed = 700 + keys + d + heads;
+            const float theta = 10000.0f;
+            std::vector<std::int32_t> host_pos(batch, keys - 1);
+            DeviceBuffer pos(kGpu, batch * sizeof(std::int32_t));
+            GPB_CUDA_CHECK(
+                cudaMemcpy(pos.get(), host_pos.data(), pos.bytes(), cudaMemcpyHostToDevice));
+            const ActDtype act = dt == AttnDtype::BF16 ? ActDtype::BF16 : ActDtype::F16;
+            const int automatic = decode_attention_splits(Buffers(c, seed).args, sms);
+            for (int splits : {1, automatic, 64}) {
+              // Fresh inputs each time: the separate kernels rotate q in place.
+              Buffers w(c, seed), g(c, seed);
+              qkv_to_cache(w.q.get(), batch, 1, heads, kv_heads, d, width, pos.as<std::int32_t>(),
+                           rope, theta, w.k.get(), w.v.get(), w.args.max_context, act, nullptr);
+              DeviceBuffer ws(kGpu, decode_workspace_bytes(w.args, splits));
+              decode_attention(w.args, splits, ws.get(), nullptr);
+              auto* qkv = g.q.as<unsigned char>();
+              g.args.k_new = qkv + static_cast<std::size_t>(heads) * d * 2;
+              g.args.v_new = qkv + static_cast<std::size_t>(heads + kv_heads) * d * 2;
+              g.args.rope = rope;
+              g.args.rope_theta = theta;
+              // The created stream does not wait for the default stream's fills and kernels.
+              GPB_CUDA_CHECK(cudaDeviceSynchronize());
+              Stream stream(kGpu);
+              decode_attention(g.args, splits, ws.get(), stream.get());
+              stream.synchronize();
+              const std::size_t kv_elems = w.k.bytes() / 2;
+              EXPECT_EQ(to_host(g.out.get(), g.out_elems), to_host(w.out.get(), w.out_elems))
+                  << "outputs, d " << d << " heads " << heads << "/" << kv_heads << " keys " << keys
+                  << " rope " << rope << " splits " << splits;
+              EXPECT_EQ(to_host(g.k.get(), kv_elems), to_host(w.k.get(), kv_elems))
+                  << "k cache, d " << d << " keys " << keys << " rope " << rope;
+              EXPECT_EQ(to_host(g.v.get(), kv_elems), to_host(w.v.get(), kv_elems))
+                  << "v cache, d " << d << " keys " << keys;
+              ++cases;
+            }
+          }
+  EXPECT_EQ(cases, 2 * 2 * 3 * 3 * 2 * 3);
 }
 
 // The engine sizes its workspace with decode_workspace_bytes(max_batch, heads, d, 64 splits):
@@ -241,6 +279,17 @@ TEST(DecodeAttention, RejectsBadArguments) {
   EXPECT_THROW(decode_attention(a, 1, nullptr, nullptr), InputError);
   a.head_dim = 128;
   EXPECT_THROW(decode_attention(a, 0, nullptr, nullptr), InputError);
+  // The new key without its value, and a group of 16 query heads per KV head, are refused.
+  DeviceBuffer row(kGpu, 4096);
+  a.k_new = row.get();
+  EXPECT_THROW(decode_attention(a, 1, nullptr, nullptr), InputError);
+  a.v_new = row.get();
+  a.heads = 32;
+  a.kv_heads = 2;
+  EXPECT_FALSE(decode_append_supported(a));
+  EXPECT_THROW(decode_attention(a, 1, nullptr, nullptr), InputError);
+  a.kv_heads = 4;
+  EXPECT_TRUE(decode_append_supported(a));
 }
 
 // K/V read bandwidth of decode steps shaped like a 7B model (32 query heads, head_dim 128) with
