@@ -99,16 +99,16 @@ __device__ __forceinline__ uint4 load_once(const void* p) {
 
 // A lane's 8 elements of a head (lanes of a P-lane group hold elements 8 li .. 8 li + 7) turned
 // by RoPE (device_common.cuh) with the angles' cos and sin of its elements: the partner of element
-// i < D/2 is i + D/2, P/2 lanes away. Every lane of `mask` (whole P-lane groups) takes part.
+// i < D/2 is i + D/2, P/2 lanes away. Every lane of the warp takes part.
 template <class T, int P>
 __device__ __forceinline__ uint4 rope_lane(const uint4& v, int li, const float (&cos_a)[8],
-                                           const float (&sin_a)[8], unsigned mask) {
+                                           const float (&sin_a)[8]) {
   float x[8], y[8];
   unpack8<T>(v, x);
   const bool first = li < P / 2;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    const float other = __shfl_xor_sync(mask, x[e], P / 2);
+    const float other = __shfl_xor_sync(0xffffffffu, x[e], P / 2);
     float y1, y2;
     if (first)
       rope_rotate(x[e], other, cos_a[e], sin_a[e], y1, y2);
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
       cos_a[e] = c;
       sin_a[e] = s;
     }
-    return rope_lane<T, P>(v, li, cos_a, sin_a, kFull);
+    return rope_lane<T, P>(v, li, cos_a, sin_a);
   };
   pdl_wait();
   // The new key and value into the caches, by the block whose chunk holds them (one per KV head:
