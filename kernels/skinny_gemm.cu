@@ -289,7 +289,15 @@ template <class T, int RW>
 __device__ __forceinline__ void finish_group(const SkinnyFusion& f, const T* __restrict__ bias,
                                              T* __restrict__ y, std::int64_t grp, std::int64_t pair,
                                              const float (&acc)[RW], float res) {
-  if constexpr (RW == 2) {  // SwiGlu
+  if constexpr (RW == 2) {
+    if (f.epilogue != SkinnyEpilogue::SwiGlu) {  // paired rows, no epilogue: y[grp], y[grp + pair]
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const std::int64_t o = grp + r * pair;
+        y[o] = from_float<T>(acc[r] + (bias ? to_float(bias[o]) : 0.f));
+      }
+      return;
+    }
     const float g = to_float(from_float<T>(acc[0] + (bias ? to_float(bias[grp]) : 0.f)));
     const float u = to_float(from_float<T>(acc[1] + (bias ? to_float(bias[grp + pair]) : 0.f)));
     y[grp] = from_float<T>(silu(g) * u);
@@ -334,11 +342,15 @@ constexpr int kFusedWidePieces = 16;
 
 // The fused GEMV of a decode step with one row of X (SkinnyFusion): the CUDA-core kernel's
 // stream of W (warps over W rows, PIECES 16-byte pieces of a row per lane and step), with
-// RW = 2 for SwiGlu (the gate row g and the up row g + out/2 together) and
+// RW = 2 for SwiGlu (the gate row g and the up row g + out/2 together), and for the RMSNorm
+// prologue without an epilogue (rows g and g + out/2, two plain outputs: 16 pieces a step where
+// the one-row kernel with the prologue has registers for 8; a 7B model's qkv 27.5 -> 26 us timed
+// alone on an H200), and
 // - kNorm, the RMSNorm prologue: the product of a W row with rms_norm(x) * nw is
 //   rstd * sum_k W[k] (x[k] nw[k]), rstd = 1 / sqrt(mean(x^2) + eps). Each warp reads all of x
-//   for its rows anyway, so it sums x^2 on the way and scales by rstd at the end: no normalized
-//   copy of x and no wait for one;
+//   for its rows anyway, so it sums x^2 on the way in its first group (the same bits as in every
+//   group) and scales each group's sums by rstd at the end: no normalized copy of x and no wait
+//   for one;
 // - the epilogue (residual add, activation, SwiGLU) on lane 0's sums;
 // - with weights_ready, each warp's first step of W loaded before the wait for the previous
 //   kernel (pdl.cuh), so that W streams while that kernel drains.
@@ -351,7 +363,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   constexpr int kStep = 32 * 8 * KU;  // k per step
   constexpr unsigned kFull = 0xffffffffu;
   const int lane = threadIdx.x % 32;
-  const std::int64_t pair = out / 2;  // SwiGlu (RW 2): gate row g, up row g + pair
+  const std::int64_t pair = out / 2;  // RW 2: rows g and g + pair (SwiGlu: gate and up)
   const std::int64_t groups = RW == 2 ? pair : out;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kVecWarps;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kVecWarps + threadIdx.x / 32;
@@ -370,11 +382,14 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   if (!f.weights_ready && any) preload(first_step);
   const T* xl = x + lane * 8;
   const T* nwl = static_cast<const T*>(f.norm_weight) + lane * 8;
+  // kNorm: rstd, from the squares the warp sums in its first group (every lane holds it).
+  [[maybe_unused]] float rstd = 0;
 
   // One group of rows; the first step given in `pre` when kPre. Inlined twice (the first group,
   // then the others) so that the loop's loads stay unconditional.
   auto group = [&](std::int64_t grp, const uint4(&pre)[RW][KU], auto pre_tag) {
     constexpr bool kPre = decltype(pre_tag)::value;
+    constexpr bool kSquares = kNorm && kPre;  // the first group sums x^2
     // The residual stream's value, read now rather than after the product.
     const float res = f.epilogue == SkinnyEpilogue::Residual && lane == 0 ? to_float(y[grp]) : 0.0f;
     float acc[RW] = {};
@@ -394,7 +409,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
                      nf);
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
-            squares = fmaf(xf[e], xf[e], squares);
+            if constexpr (kSquares) squares = fmaf(xf[e], xf[e], squares);
             xf[e] *= nf[e];
           }
         }
@@ -424,11 +439,11 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     for (int off = 16; off > 0; off /= 2) {
 #pragma unroll
       for (int r = 0; r < RW; ++r) acc[r] += __shfl_xor_sync(kFull, acc[r], off);
-      if constexpr (kNorm) squares += __shfl_xor_sync(kFull, squares, off);
+      if constexpr (kSquares) squares += __shfl_xor_sync(kFull, squares, off);
     }
+    if constexpr (kSquares) rstd = rsqrtf(squares / static_cast<float>(in) + f.eps);
     if (lane != 0) return;
     if constexpr (kNorm) {
-      const float rstd = rsqrtf(squares / static_cast<float>(in) + f.eps);
 #pragma unroll
       for (int r = 0; r < RW; ++r) acc[r] *= rstd;
     }
@@ -504,6 +519,10 @@ void launch_fused(const void* x, const void* w, const void* bias, void* y, std::
     if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
     return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, f, stream);
   }
+  // The RMSNorm prologue without an epilogue (qkv, the LM head): rows g and g + out/2 a warp,
+  // the SwiGLU kernel's 16 pieces a step, where the one-row kernel has registers for 8.
+  if (norm && f.epilogue == SkinnyEpilogue::None && out % 2 == 0 && !fused_gemv_narrow())
+    return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
   if (norm) return launch_fused_kernel<T, 1, true>(x, w, bias, y, out, in, f, stream);
   launch_fused_kernel<T, 1, false>(x, w, bias, y, out, in, f, stream);
 }

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
@@ -247,6 +248,8 @@ const char* name_of(SkinnyEpilogue e) {
 // Every prologue with every epilogue (none and none: the fused kernel with weights_ready only),
 // bf16 and fp16, with and without bias and weights_ready; shapes with an `in` off the steps, a
 // 7B model's width, more W rows (or gate/up pairs) than the grid has warps, and few long rows.
+// The RMSNorm prologue without an epilogue takes the two-row kernel where `out` is even and the
+// one-row kernel at 37; with 8002 rows the warps take several groups (x^2 summed in the first).
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
@@ -439,5 +442,16 @@ TEST(SkinnyGemm, ReportBandwidth) {
     SkinnyFusion f;
     f.weights_ready = true;
     report(1, f, "fused path");
+    // With the RMSNorm prologue (qkv, gate|up and the LM head of a decode step).
+    DeviceBuffer nw(kGpu, s.in * 2);
+    GPB_CUDA_CHECK(cudaMemset(nw.get(), 0x3c, nw.bytes()));
+    f.prologue = SkinnyPrologue::RmsNorm;
+    f.norm_weight = nw.get();
+    f.eps = 1e-5f;
+    report(1, f, "fused path, RMSNorm");
+    if (std::string(s.name) == "gate_up") {
+      f.epilogue = SkinnyEpilogue::SwiGlu;
+      report(1, f, "fused path, RMSNorm + SwiGLU");
+    }
   }
 }
