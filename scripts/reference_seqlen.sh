@@ -105,3 +105,5 @@ done
 grep -h "PASSED\|FAILED" "$work"/gpu_test_*.log
 cat "$work/hf_seqlen.log" 2>/dev/null
 grep -h "^check\|^torch.compile" "$work/torch_compiled_decode.log" 2>/dev/null
+# Each step's exit status is in steps.log; the greps above find nothing for the steps not run.
+exit 0
