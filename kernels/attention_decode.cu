@@ -576,8 +576,8 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
     throw InputError(
         "decode_attention: the new key and value need each other, 16-byte alignment and at most "
         "8 query heads per KV head");
-  if (a.rope && a.k_new != nullptr && (!(a.rope_theta > 1.0f) || !std::isfinite(a.rope_theta)))
-    throw InputError("decode_attention: rope_theta must be a finite number above 1");
+  p.rope = a.rope && a.k_new != nullptr;
+  p.log2_theta = p.rope ? rope_log2_theta(a.rope_theta, "decode_attention") : 0.0;
   const std::size_t o_floats =
       static_cast<std::size_t>(a.batch) * a.heads * splits * static_cast<std::size_t>(a.head_dim);
   p.ws_o = static_cast<float*>(workspace);
@@ -594,8 +594,6 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.qscale = a.scale * kLog2e;
   p.k_new = a.k_new;
   p.v_new = a.v_new;
-  p.rope = a.rope && a.k_new != nullptr;
-  p.log2_theta = p.rope ? std::log2(static_cast<double>(a.rope_theta)) : 0.0;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -5,8 +5,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
+
+#include "gpubench/core/errors.hpp"
 
 namespace gpubench {
 
@@ -67,6 +71,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 // kernels agree bit for bit.
 __device__ __forceinline__ float rope_inv_freq(int i, int head_dim, double log2_theta) {
   return static_cast<float>(exp2(-(2.0 * i / head_dim) * log2_theta));
+}
+// The host's side of rope_inv_freq: log2(theta), after checking that theta is a finite number
+// above 1 (InputError naming `who` otherwise).
+inline double rope_log2_theta(float theta, const char* who) {
+  if (!(theta > 1.0f) || !std::isfinite(theta))
+    throw InputError(std::string(who) + ": theta " + std::to_string(theta) +
+                     " must be a finite number above 1");
+  return std::log2(static_cast<double>(theta));
 }
 __device__ __forceinline__ void rope_angle(int pos, float inv_freq, float& cos_a, float& sin_a) {
   sincosf(static_cast<float>(pos) * inv_freq, &sin_a, &cos_a);

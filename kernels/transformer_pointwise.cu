@@ -300,9 +300,7 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
     throw InputError("rope: head_dim " + std::to_string(head_dim) + " must be even and at most " +
                      std::to_string(kMaxRopeHeadDim));
   }
-  if (!(theta > 1.0f) || !std::isfinite(theta)) {
-    throw InputError("rope: theta " + std::to_string(theta) + " must be a finite number above 1");
-  }
+  const double log2_theta = rope_log2_theta(theta, "rope");
   if (k == nullptr) num_kv_heads = 0;
   if (q_stride < static_cast<std::int64_t>(num_heads) * head_dim ||
       k_stride < static_cast<std::int64_t>(num_kv_heads) * head_dim) {
@@ -310,7 +308,6 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
   }
   const std::int64_t pairs = tokens * (num_heads + num_kv_heads) * (head_dim / 2);
   if (pairs <= 0) return;
-  const double log2_theta = std::log2(static_cast<double>(theta));
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     // At most ~a device's worth of resident blocks: each computes the inv_freq table once.
@@ -328,9 +325,7 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
   if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim)
     throw InputError("qkv_to_cache: head_dim " + std::to_string(head_dim) +
                      " must be even and at most " + std::to_string(kMaxRopeHeadDim));
-  if (rope && (!(theta > 1.0f) || !std::isfinite(theta)))
-    throw InputError("qkv_to_cache: theta " + std::to_string(theta) +
-                     " must be a finite number above 1");
+  const double log2_theta = rope ? rope_log2_theta(theta, "qkv_to_cache") : 0.0;
   if (tokens_per_seq < 1 ||
       qkv_stride < static_cast<std::int64_t>(num_heads + 2 * num_kv_heads) * head_dim)
     throw InputError("qkv_to_cache: tokens_per_seq below 1 or a row shorter than its heads");
@@ -338,7 +333,6 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
   const int half = head_dim / 2;
   const bool vec = half % 8 == 0 && qkv_stride % 8 == 0 && aligned16(qkv) && aligned16(k_cache) &&
                    aligned16(v_cache);
-  const double log2_theta = rope ? std::log2(static_cast<double>(theta)) : 0.0;
   const std::int64_t heads = num_heads + 2 * num_kv_heads;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
