@@ -40,6 +40,11 @@ struct AttentionArgs {
   const void* v_new = nullptr;
   bool rope = false;
   float rope_theta = 10000.0f;
+  // Decode only: the merge kernel lets the next kernel on the stream launch at the merge's start
+  // (programmatic dependent launch), so that a next kernel whose weights do not depend on
+  // attention (the fused decode step's output GEMV) loads them while attention runs. It still
+  // reads attention's output only after the merge.
+  bool merge_launches_next = false;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

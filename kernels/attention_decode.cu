@@ -74,6 +74,7 @@ struct DecodeParams {
   const void* v_new;
   bool rope;
   double log2_theta;
+  bool merge_launches_next;  // AttentionArgs::merge_launches_next
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -399,10 +400,13 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
 // reductions), then slices of the block sum the chunks' outputs (float4 columns, 4 independent
 // loads in flight per thread) and one slice writes the normalized result. Launched as a
 // programmatic dependent of the split kernel where the device allows: it waits for the split
-// kernel's results (griddepcontrol.wait) instead of for its own launch. It does not trigger its
-// own dependents early: a decode step whose merge did (the output projection's GEMV launched
-// while the split kernel streams) ran 4% slower on an H200, and 12-15% slower at contexts 2048
-// and 8192 when it triggered once the split kernel was done.
+// kernel's results (griddepcontrol.wait) instead of for its own launch. With
+// merge_launches_next it lets the next kernel launch at its start, before its wait: the fused
+// decode step's output GEMV then loads its first weights beside the split kernel. That paid on
+// an H200 only with the output GEMV holding back its own dependents (SkinnyFusion::
+// late_dependents): 1.0-1.6% faster; with gate|up launching beside the output GEMV it was 1-5%
+// slower, and triggering after the wait instead up to 18% slower
+// (seqlen_decode_experiments/out_projection).
 template <class T, int D>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
   constexpr int C = D / 4;              // float4 columns
@@ -410,6 +414,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   extern __shared__ float sh[];         // weight of each chunk
   __shared__ float4 red4[S][C];
   __shared__ float red[kMergeThreads / 32];
+  if (p.merge_launches_next) pdl_trigger();
   pdl_wait();
   const int splits = p.splits;
   const std::int64_t bh = blockIdx.x;
@@ -594,6 +599,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.qscale = a.scale * kLog2e;
   p.k_new = a.k_new;
   p.v_new = a.v_new;
+  p.merge_launches_next = a.merge_launches_next;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -358,7 +358,7 @@ template <class T, int RW, bool kNorm, int PIECES>
 __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     fused_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                       T* __restrict__ y, std::int64_t out, std::int64_t in, SkinnyFusion f) {
-  pdl_trigger();
+  if (!f.late_dependents) pdl_trigger();
   constexpr int KU = PIECES / RW;     // 16-byte pieces of each W row per lane and step
   constexpr int kStep = 32 * 8 * KU;  // k per step
   constexpr unsigned kFull = 0xffffffffu;

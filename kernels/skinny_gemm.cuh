@@ -53,6 +53,10 @@ struct SkinnyFusion {
   // stream. With one row of X it takes the fused kernel, which leaves room on each SM for the
   // next kernel to do the same; more rows ignore it.
   bool weights_ready = false;
+  // The next kernel on the stream may launch only once this one ends (no early
+  // griddepcontrol.launch_dependents): for the decode step's output GEMV, which itself launches
+  // beside attention, so that the gate|up GEMV's blocks do not wait beside it (measured faster).
+  bool late_dependents = false;
 };
 
 // Most rows a fused call takes.

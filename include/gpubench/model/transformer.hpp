@@ -246,6 +246,9 @@ class Transformer {
   SkinnyFusion up_fusion(const void* post_norm_weight) const;
   // Whether a step of `rows` rows runs fused (EngineOptions::fuse_small_steps).
   bool fusable(std::int64_t rows) const;
+  // Whether a fused decode step's output GEMV launches beside attention (GPUBENCH_DECODE_OUT=late:
+  // after the merge kernel, as before, for A/B runs).
+  static bool out_early();
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
