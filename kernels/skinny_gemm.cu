@@ -290,12 +290,10 @@ __device__ __forceinline__ void finish_group(const SkinnyFusion& f, const T* __r
                                              T* __restrict__ y, std::int64_t grp, std::int64_t pair,
                                              const float (&acc)[RW], float res) {
   if constexpr (RW == 2) {
-    if (f.epilogue != SkinnyEpilogue::SwiGlu) {  // paired rows, no epilogue: y[grp], y[grp + pair]
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const std::int64_t o = grp + r * pair;
-        y[o] = from_float<T>(acc[r] + (bias ? to_float(bias[o]) : 0.f));
-      }
+    if (f.epilogue != SkinnyEpilogue::SwiGlu) {  // paired rows, each a group of its own
+      // (launch_fused pairs rows only without an epilogue: `res`, the first row's, is unused)
+      finish_group<T, 1>(f, bias, y, grp, pair, {acc[0]}, res);
+      finish_group<T, 1>(f, bias, y, grp + pair, pair, {acc[1]}, res);
       return;
     }
     const float g = to_float(from_float<T>(acc[0] + (bias ? to_float(bias[grp]) : 0.f)));
