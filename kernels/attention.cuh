@@ -45,6 +45,13 @@ struct AttentionArgs {
   // attention (the fused decode step's output GEMV) loads them while attention runs. It still
   // reads attention's output only after the merge.
   bool merge_launches_next = false;
+  // Decode only: the cache rows before q_pos0 are not written by any kernel that may still run on
+  // the stream (in a captured decode step only earlier steps and the prefill wrote them, before
+  // the graph's launch), so blocks whose chunk ends before q_pos0 load their first steps of the
+  // cache before waiting for the previous kernel (programmatic dependent launch), while it drains.
+  // The new row, q and everything else are read after the wait. Leave false right after writing
+  // the caches' earlier rows on the stream.
+  bool cache_ready = false;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

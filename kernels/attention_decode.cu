@@ -75,6 +75,7 @@ struct DecodeParams {
   bool rope;
   double log2_theta;
   bool merge_launches_next;  // AttentionArgs::merge_launches_next
+  bool cache_ready;          // AttentionArgs::cache_ready
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -182,6 +183,30 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     }
     return rope_lane<T, P>(v, li, cos_a, sin_a);
   };
+  // Step `step` of the chunk into ring stage step % kStages. Keys past the end re-read the last
+  // key (an L2 hit; masked below). Every call commits a group, empty past the last step, so the
+  // wait below always means "the step kStages-1 groups back has landed".
+  auto issue = [&](int step) {
+    if (step < steps) {
+      const int base = begin + step * kStep;
+      uint4* st = ring + (step % kStages) * U * 2 * kThreads + tid;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const std::int64_t row = min(base + u * NG + gi, end - 1) * p.kv_stride;
+        cp_async16(st + (2 * u) * kThreads, kb + row);
+        cp_async16(st + (2 * u + 1) * kThreads, vb + row);
+      }
+    }
+    cp_async_commit();
+  };
+  // With cache_ready, a block whose chunk ends before the new position reads only rows that no
+  // kernel still running writes: its first steps load before the wait, while the previous kernel
+  // drains (an H200's batch-1 llama-2-7b decode step 0.6-0.9% faster).
+  const bool early = p.cache_ready && end <= pos;
+  if (early) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+  }
   pdl_wait();
   // The new key and value into the caches, by the block whose chunk holds them (one per KV head:
   // hsub is 1), before any thread of it loads that row: warp 0 the key (rotated), warp 1 the
@@ -202,24 +227,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
     }
     __syncthreads();
   }
-  // Step `step` of the chunk into ring stage step % kStages. Keys past the end re-read the last
-  // key (an L2 hit; masked below). Every call commits a group, empty past the last step, so the
-  // wait below always means "the step kStages-1 groups back has landed".
-  auto issue = [&](int step) {
-    if (step < steps) {
-      const int base = begin + step * kStep;
-      uint4* st = ring + (step % kStages) * U * 2 * kThreads + tid;
+  if (!early) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const std::int64_t row = min(base + u * NG + gi, end - 1) * p.kv_stride;
-        cp_async16(st + (2 * u) * kThreads, kb + row);
-        cp_async16(st + (2 * u + 1) * kThreads, vb + row);
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+  }
 
   // This lane's 8 elements of each query head, pre-scaled; padding heads score 0 and are dropped.
   float q[HB][8];
@@ -600,6 +611,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.k_new = a.k_new;
   p.v_new = a.v_new;
   p.merge_launches_next = a.merge_launches_next;
+  p.cache_ready = a.cache_ready;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -429,6 +429,19 @@ bool Transformer::out_early() {
   return !late;
 }
 
+// Whether decode attention may load the cache's earlier rows before the previous kernel ends
+// (AttentionArgs::cache_ready): in a captured step, where only earlier steps and the prefill,
+// all before the graph's launch, wrote them. Not in eager steps, where a programmatic launch
+// chain reaches back over kernels of the step before. GPUBENCH_DECODE_CACHE=late keeps every
+// load after the wait, for A/B runs.
+bool Transformer::decode_cache_early(cudaStream_t stream) {
+  static const bool late = env_is("GPUBENCH_DECODE_CACHE", "late");
+  if (late) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture == cudaStreamCaptureStatusActive;
+}
+
 // The fused layer (layer_forward) as skinny_gemm checks it: the RMSNorm prologue on qkv and up
 // (and the LM head), the residual epilogue on out and down, the activation on up. LayerNorm
 // models keep their kernels.
@@ -724,6 +737,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
     if (decode) {
       // The fused step's output GEMV loads its weights while attention runs (fused_layer).
       a.merge_launches_next = fused_ && out_early();
+      a.cache_ready = decode_cache_early(stream);
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

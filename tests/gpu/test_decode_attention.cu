@@ -188,7 +188,8 @@ TEST(DecodeAttention, CapturedInGraph) {
 // bit for bit what the engine's separate kernels do: qkv_to_cache (q rotated in place, k rotated
 // and v copied into the caches), then decode_attention on the caches. Outputs and whole caches
 // are compared; the fused qkv rows are random, so the new rows differ from what the caches held.
-// Split counts include 64 at 100 keys, where the new key's chunk is not the last one.
+// Split counts include 64 at 100 keys, where the new key's chunk is not the last one. Both again
+// with cache_ready: the outputs stay the same bits.
 TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
   DeviceGuard guard(kGpu);
   const int sms = sm_count();
@@ -234,6 +235,32 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
                   << "k cache, d " << d << " keys " << keys << " rope " << rope;
               EXPECT_EQ(to_host(g.v.get(), kv_elems), to_host(w.v.get(), kv_elems))
                   << "v cache, d " << d << " keys " << keys;
+              // cache_ready (a captured engine step): blocks whose chunk ends before the new row
+              // load their first steps before waiting for the kernel before them. The same bits
+              // with the new row given, and with the cache-write kernel just before it on the
+              // stream, launched as its programmatic dependent.
+              for (bool append : {true, false}) {
+                Buffers e(c, seed);
+                GPB_CUDA_CHECK(cudaDeviceSynchronize());
+                Stream s2(kGpu);
+                if (append) {
+                  auto* row = e.q.as<unsigned char>();
+                  e.args.k_new = row + static_cast<std::size_t>(heads) * d * 2;
+                  e.args.v_new = row + static_cast<std::size_t>(heads + kv_heads) * d * 2;
+                  e.args.rope = rope;
+                  e.args.rope_theta = theta;
+                } else {
+                  qkv_to_cache(e.q.get(), batch, 1, heads, kv_heads, d, width,
+                               pos.as<std::int32_t>(), rope, theta, e.k.get(), e.v.get(),
+                               e.args.max_context, act, s2.get());
+                }
+                e.args.cache_ready = true;
+                decode_attention(e.args, splits, ws.get(), s2.get());
+                s2.synchronize();
+                EXPECT_EQ(to_host(e.out.get(), e.out_elems), to_host(w.out.get(), w.out_elems))
+                    << "cache_ready, append " << append << ", d " << d << " heads " << heads << "/"
+                    << kv_heads << " keys " << keys << " rope " << rope << " splits " << splits;
+              }
               ++cases;
             }
           }

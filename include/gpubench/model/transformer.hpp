@@ -249,6 +249,9 @@ class Transformer {
   // Whether a fused decode step's output GEMV launches beside attention (GPUBENCH_DECODE_OUT=late:
   // after the merge kernel, as before, for A/B runs).
   static bool out_early();
+  // Whether decode attention on `stream` loads the cache's earlier rows before the previous kernel
+  // ends (AttentionArgs::cache_ready): while a step is captured, unless GPUBENCH_DECODE_CACHE=late.
+  static bool decode_cache_early(cudaStream_t stream);
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
