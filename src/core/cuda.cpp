@@ -145,6 +145,12 @@ double Event::seconds_since(const Event& start) const {
   return static_cast<double>(ms) * 1e-3;
 }
 
+bool stream_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 CudaGraph::~CudaGraph() {
   if (exec_) GPB_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec_));
   if (graph_) GPB_CUDA_CHECK_NOTHROW(cudaGraphDestroy(graph_));

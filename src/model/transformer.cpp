@@ -321,9 +321,7 @@ const std::int32_t* Transformer::tokens(int batch, int tokens, std::uint64_t see
 GemmAlgo Transformer::pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                                 cudaStream_t stream) {
   const std::vector<GemmAlgo> algos = plan.candidates(kTimedAlgos);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (algos.size() == 1 || capture != cudaStreamCaptureStatusNone) return algos.front();
+  if (algos.size() == 1 || stream_capturing(stream)) return algos.front();
   Event start(device_), stop(device_);
   std::size_t best = 0;
   double best_s = 0;
@@ -436,10 +434,7 @@ bool Transformer::out_early() {
 // load after the wait, for A/B runs.
 bool Transformer::decode_cache_early(cudaStream_t stream) {
   static const bool late = env_is("GPUBENCH_DECODE_CACHE", "late");
-  if (late) return false;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  return capture == cudaStreamCaptureStatusActive;
+  return !late && stream_capturing(stream);
 }
 
 // The fused layer (layer_forward) as skinny_gemm checks it: the RMSNorm prologue on qkv and up

@@ -210,6 +210,17 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
                 cudaMemcpy(pos.get(), host_pos.data(), pos.bytes(), cudaMemcpyHostToDevice));
             const ActDtype act = dt == AttnDtype::BF16 ? ActDtype::BF16 : ActDtype::F16;
             const int automatic = decode_attention_splits(Buffers(c, seed).args, sms);
+            // The step's new key and value given to decode_attention: the k and v heads of the
+            // fused qkv row (b's q), rotated with RoPE or not.
+            const std::size_t k_off = static_cast<std::size_t>(heads) * d * 2;
+            const std::size_t v_off = static_cast<std::size_t>(heads + kv_heads) * d * 2;
+            auto give_new_row = [&](Buffers& b) {
+              auto* qkv = b.q.as<unsigned char>();
+              b.args.k_new = qkv + k_off;
+              b.args.v_new = qkv + v_off;
+              b.args.rope = rope;
+              b.args.rope_theta = theta;
+            };
             for (int splits : {1, automatic, 64}) {
               // Fresh inputs each time: the separate kernels rotate q in place.
               Buffers w(c, seed), g(c, seed);
@@ -217,11 +228,7 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
                            rope, theta, w.k.get(), w.v.get(), w.args.max_context, act, nullptr);
               DeviceBuffer ws(kGpu, decode_workspace_bytes(w.args, splits));
               decode_attention(w.args, splits, ws.get(), nullptr);
-              auto* qkv = g.q.as<unsigned char>();
-              g.args.k_new = qkv + static_cast<std::size_t>(heads) * d * 2;
-              g.args.v_new = qkv + static_cast<std::size_t>(heads + kv_heads) * d * 2;
-              g.args.rope = rope;
-              g.args.rope_theta = theta;
+              give_new_row(g);
               // The created stream does not wait for the default stream's fills and kernels.
               GPB_CUDA_CHECK(cudaDeviceSynchronize());
               Stream stream(kGpu);
@@ -244,11 +251,7 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
                 GPB_CUDA_CHECK(cudaDeviceSynchronize());
                 Stream s2(kGpu);
                 if (append) {
-                  auto* row = e.q.as<unsigned char>();
-                  e.args.k_new = row + static_cast<std::size_t>(heads) * d * 2;
-                  e.args.v_new = row + static_cast<std::size_t>(heads + kv_heads) * d * 2;
-                  e.args.rope = rope;
-                  e.args.rope_theta = theta;
+                  give_new_row(e);
                 } else {
                   qkv_to_cache(e.q.get(), batch, 1, heads, kv_heads, d, width,
                                pos.as<std::int32_t>(), rope, theta, e.k.get(), e.v.get(),

@@ -176,6 +176,10 @@ class Event {
   int device_ = -1;
 };
 
+// Whether work queued on `stream` is being recorded into a graph (a capture begun and not yet
+// ended, or one that has gone invalid) rather than run.
+bool stream_capturing(cudaStream_t stream);
+
 // A CUDA graph captured from a stream (thread-local capture mode, so ranks on other threads may
 // capture at once), launched as one unit: tiny kernels replay without per-launch overhead.
 class CudaGraph {

@@ -88,11 +88,9 @@ void CopyEngineTpCollectives::copy_to_peers(const std::vector<Copy>& copies,
 
 bool CopyEngineTpCollectives::use_fallback(std::size_t chunk_bytes, std::size_t total_bytes,
                                            cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   // The same answer on every rank: the sizes, the capture (all ranks capture the same step)
   // and the group are the same everywhere.
-  const bool fall = !g_.peers_ok() || capture != cudaStreamCaptureStatusNone ||
+  const bool fall = !g_.peers_ok() || stream_capturing(stream) ||
                     total_bytes < min_bytes_ || chunk_bytes > g_.max_chunk_bytes_;
   (fall ? fell_back_ : copied_) += 1;
   return fall;
