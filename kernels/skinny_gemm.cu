@@ -115,7 +115,8 @@ __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1
 template <class T>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     skinny_gemm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                       T* __restrict__ y, int rows, std::int64_t out, std::int64_t in) {
+                       T* __restrict__ y, int rows, std::int64_t out, std::int64_t in,
+                       std::int64_t ldw) {
   pdl_start();
   extern __shared__ uint4 ring[];  // [kStages][kChunks][kThreads]: each thread its own slots
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -125,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   // past `out`, X rows past `rows`, k past `in`.
   const unsigned has0 = tile0 + g < out ? 16 : 0, has8 = tile0 + g + 8 < out ? 16 : 0;
   const unsigned has_x = g < rows ? 16 : 0;
-  const T* w0 = w + std::min(tile0 + g, out - 1) * in + t * 8;
-  const T* w8 = w + std::min(tile0 + g + 8, out - 1) * in + t * 8;
+  const T* w0 = w + std::min(tile0 + g, out - 1) * ldw + t * 8;
+  const T* w8 = w + std::min(tile0 + g + 8, out - 1) * ldw + t * 8;
   const T* xr = x + static_cast<std::int64_t>(has_x ? g : 0) * in + t * 8;
 
   // Warp `warp` takes steps warp, warp + kWarps, ...: together the warps read 4 x 128 contiguous
@@ -217,7 +218,7 @@ __device__ __forceinline__ void load_w_step(const T* const (&wr)[RW], std::int64
 template <class T, int ROWS, int RW>
 __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
     skinny_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                       T* __restrict__ y, std::int64_t out, std::int64_t in) {
+                       T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw) {
   pdl_start();
   constexpr int KU = kVecPieces / RW;  // 16-byte pieces of each W row per lane and step
   constexpr int kStep = 32 * 8 * KU;   // k per step
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
     const std::int64_t o0 = grp * RW;
     const T* wr[RW];
 #pragma unroll
-    for (int r = 0; r < RW; ++r) wr[r] = w + std::min(o0 + r, out - 1) * in + lane * 8;
+    for (int r = 0; r < RW; ++r) wr[r] = w + std::min(o0 + r, out - 1) * ldw + lane * 8;
     float acc[RW][ROWS];
 #pragma unroll
     for (int r = 0; r < RW; ++r)
@@ -321,13 +322,13 @@ __device__ __forceinline__ void finish_group(const SkinnyFusion& f, const T* __r
   y[grp] = from_float<T>(v);
 }
 
-// The W rows of a fused GEMV's row group, offset to the lane's first element: row grp, and
-// for SwiGlu (RW 2) its up row grp + pair.
+// The W rows of a fused GEMV's row group (rows ldw elements apart), offset to the lane's first
+// element: row grp, and with RW 2 its partner row grp + pair.
 template <class T, int RW>
 __device__ __forceinline__ void group_rows(const T* w, std::int64_t grp, std::int64_t pair,
-                                           std::int64_t in, int lane, const T* (&wr)[RW]) {
+                                           std::int64_t ldw, int lane, const T* (&wr)[RW]) {
 #pragma unroll
-  for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * in + lane * 8;
+  for (int r = 0; r < RW; ++r) wr[r] = w + (grp + r * pair) * ldw + lane * 8;
 }
 
 // Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
@@ -355,7 +356,8 @@ constexpr int kFusedWidePieces = 16;
 template <class T, int RW, bool kNorm, int PIECES>
 __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     fused_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                      T* __restrict__ y, std::int64_t out, std::int64_t in, SkinnyFusion f) {
+                      T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw,
+                      SkinnyFusion f) {
   if (!f.late_dependents) pdl_trigger();
   constexpr int KU = PIECES / RW;     // 16-byte pieces of each W row per lane and step
   constexpr int kStep = 32 * 8 * KU;  // k per step
@@ -370,7 +372,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   };
   auto preload = [&](uint4(&wv)[RW][KU]) {
     const T* wr[RW];
-    group_rows<T, RW>(w, first, pair, in, lane, wr);
+    group_rows<T, RW>(w, first, pair, ldw, lane, wr);
     load_step(wr, 0, wv);
   };
   uint4 first_step[RW][KU];
@@ -421,7 +423,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       }
     };
     const T* wr[RW];
-    group_rows<T, RW>(w, grp, pair, in, lane, wr);
+    group_rows<T, RW>(w, grp, pair, ldw, lane, wr);
     std::int64_t k0 = 0;
     if constexpr (kPre) {
       multiply(0, pre);
@@ -462,7 +464,7 @@ int sm_count() {
 
 template <class T, int ROWS>
 void launch_vec(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                std::int64_t in, cudaStream_t stream) {
+                std::int64_t in, std::int64_t ldw, cudaStream_t stream) {
   // Two W rows a warp when X has 3..4 rows: each X piece read from L1 then serves two W pieces,
   // which keeps L1 traffic (W + X) well under its bandwidth.
   constexpr int RW = ROWS >= 3 ? 2 : 1;
@@ -472,7 +474,7 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
       std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kVecBlocksPerSm);
   launch_pdl(skinny_gemv_kernel<T, ROWS, RW>, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-             static_cast<T*>(y), out, in);
+             static_cast<T*>(y), out, in, ldw);
   GPB_CHECK_LAUNCH();
 }
 
@@ -485,7 +487,8 @@ bool fused_gemv_narrow() {
 
 template <class T, int RW, bool kNorm>
 void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                         std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
+                         std::int64_t in, std::int64_t ldw, const SkinnyFusion& f,
+                         cudaStream_t stream) {
   const std::int64_t groups = RW == 2 ? out / 2 : out;
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   std::int64_t blocks =
@@ -505,38 +508,38 @@ void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y
     if (!narrow) kernel = fused_gemv_kernel<T, RW, kNorm, kFusedWidePieces>;
   launch_pdl(kernel, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-             static_cast<T*>(y), out, in, f);
+             static_cast<T*>(y), out, in, ldw, f);
   GPB_CHECK_LAUNCH();
 }
 
 template <class T>
 void launch_fused(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                  std::int64_t in, const SkinnyFusion& f, cudaStream_t stream) {
+                  std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
   const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
   if (f.epilogue == SkinnyEpilogue::SwiGlu) {
-    if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
-    return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, f, stream);
+    if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, ldw, f, stream);
+    return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, ldw, f, stream);
   }
   // The RMSNorm prologue without an epilogue (qkv, the LM head): rows g and g + out/2 a warp,
   // the SwiGLU kernel's 16 pieces a step, where the one-row kernel has registers for 8.
   if (norm && f.epilogue == SkinnyEpilogue::None && out % 2 == 0 && !fused_gemv_narrow())
-    return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, f, stream);
-  if (norm) return launch_fused_kernel<T, 1, true>(x, w, bias, y, out, in, f, stream);
-  launch_fused_kernel<T, 1, false>(x, w, bias, y, out, in, f, stream);
+    return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, ldw, f, stream);
+  if (norm) return launch_fused_kernel<T, 1, true>(x, w, bias, y, out, in, ldw, f, stream);
+  launch_fused_kernel<T, 1, false>(x, w, bias, y, out, in, ldw, f, stream);
 }
 
 template <class T>
 void launch(const void* x, const void* w, const void* bias, void* y, int rows, std::int64_t out,
-            std::int64_t in, cudaStream_t stream) {
+            std::int64_t in, std::int64_t ldw, cudaStream_t stream) {
   switch (rows) {
     case 1:
-      return launch_vec<T, 1>(x, w, bias, y, out, in, stream);
+      return launch_vec<T, 1>(x, w, bias, y, out, in, ldw, stream);
     case 2:
-      return launch_vec<T, 2>(x, w, bias, y, out, in, stream);
+      return launch_vec<T, 2>(x, w, bias, y, out, in, ldw, stream);
     case 3:
-      return launch_vec<T, 3>(x, w, bias, y, out, in, stream);
+      return launch_vec<T, 3>(x, w, bias, y, out, in, ldw, stream);
     case 4:
-      return launch_vec<T, 4>(x, w, bias, y, out, in, stream);
+      return launch_vec<T, 4>(x, w, bias, y, out, in, ldw, stream);
     default:
       break;
   }
@@ -554,7 +557,7 @@ void launch(const void* x, const void* w, const void* bias, void* y, int rows, s
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   launch_pdl(skinny_gemm_kernel<T>, static_cast<unsigned>(tiles), kThreads, kRingBytes, stream,
              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-             static_cast<T*>(y), rows, out, in);
+             static_cast<T*>(y), rows, out, in, ldw);
   GPB_CHECK_LAUNCH();
 }
 
@@ -577,9 +580,12 @@ bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
 
 void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int rows,
                  std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream,
-                 const SkinnyFusion& fusion) {
+                 const SkinnyFusion& fusion, std::int64_t ldw) {
   if (!skinny_gemm_supported(rows, in) || out < 0)
     throw InputError("skinny_gemm: needs 1..8 rows and `in` a positive multiple of 8");
+  if (ldw == 0) ldw = in;
+  if (ldw < in || ldw % 8 != 0)
+    throw InputError("skinny_gemm: W's row pitch must be at least `in` and a multiple of 8");
   const bool norm = fusion.prologue == SkinnyPrologue::RmsNorm;
   if ((norm || fusion.epilogue != SkinnyEpilogue::None) &&
       !skinny_fusion_supported(rows, out, in, fusion))
@@ -591,11 +597,11 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
   const bool fused = rows <= skinny_fusion_max_rows() &&
                      (norm || fusion.epilogue != SkinnyEpilogue::None || fusion.weights_ready);
   if (dtype == SkinnyDtype::BF16) {
-    if (fused) return launch_fused<__nv_bfloat16>(x, w, bias, y, out, in, fusion, stream);
-    launch<__nv_bfloat16>(x, w, bias, y, rows, out, in, stream);
+    if (fused) return launch_fused<__nv_bfloat16>(x, w, bias, y, out, in, ldw, fusion, stream);
+    launch<__nv_bfloat16>(x, w, bias, y, rows, out, in, ldw, stream);
   } else {
-    if (fused) return launch_fused<__half>(x, w, bias, y, out, in, fusion, stream);
-    launch<__half>(x, w, bias, y, rows, out, in, stream);
+    if (fused) return launch_fused<__half>(x, w, bias, y, out, in, ldw, fusion, stream);
+    launch<__half>(x, w, bias, y, rows, out, in, ldw, stream);
   }
 }
 

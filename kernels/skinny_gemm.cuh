@@ -73,10 +73,11 @@ bool skinny_gemm_supported(int rows, std::int64_t in);
 bool skinny_fusion_supported(int rows, std::int64_t out, std::int64_t in,
                              const SkinnyFusion& fusion);
 
-// Y = X W^T (+ bias) on `stream`, with `fusion`'s prologue and epilogue. out == 0 launches
-// nothing. InputError when the shape or fusion is not supported or a pointer is misaligned.
+// Y = X W^T (+ bias) on `stream`, with `fusion`'s prologue and epilogue. W's rows are `ldw`
+// elements apart (0: `in`, packed). out == 0 launches nothing. InputError when the shape or
+// fusion is not supported, a pointer is misaligned, or ldw is below `in` or not a multiple of 8.
 void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int rows,
                  std::int64_t out, std::int64_t in, SkinnyDtype dtype, cudaStream_t stream,
-                 const SkinnyFusion& fusion = {});
+                 const SkinnyFusion& fusion = {}, std::int64_t ldw = 0);
 
 }  // namespace gpubench

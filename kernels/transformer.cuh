@@ -141,13 +141,15 @@ GPB_HOST_DEVICE inline std::int32_t token_value(std::uint64_t seed, std::uint64_
                                    static_cast<std::uint64_t>(vocab));
 }
 
-// Fills the [rows, cols] block (contiguous, row-major) of the full weight `weight_id` whose
-// top-left corner is (row0, col0): ptr[r*cols + c] = weight_value(seed, weight_id, row0 + r,
-// col0 + c, full_cols, scale) rounded to `dtype`. Never zero: InputError when scale is not
-// positive and finite or scale/64 rounds to zero in `dtype`, or the block exceeds full_cols.
+// Fills the [rows, cols] block (row-major, `pitch` elements from one row to the next; 0: cols)
+// of the full weight `weight_id` whose top-left corner is (row0, col0): ptr[r*pitch + c] =
+// weight_value(seed, weight_id, row0 + r, col0 + c, full_cols, scale) rounded to `dtype`, and
+// zeros in the pitch - cols elements after each row. Never zero inside the block: InputError
+// when scale is not positive and finite or scale/64 rounds to zero in `dtype`, the block
+// exceeds full_cols, or pitch is below cols.
 void fill_weight(void* ptr, std::int64_t rows, int cols, std::int64_t row0, std::int64_t col0,
                  std::int64_t full_cols, std::uint64_t seed, std::uint64_t weight_id, float scale,
-                 ActDtype dtype, cudaStream_t stream);
+                 ActDtype dtype, cudaStream_t stream, std::int64_t pitch = 0);
 // ptr[i] = 1 over n elements (norm weights).
 void fill_ones(void* ptr, std::int64_t n, ActDtype dtype, cudaStream_t stream);
 // ids[i] = token_value(seed, i, vocab) over n int32 elements. InputError when vocab <= 0.

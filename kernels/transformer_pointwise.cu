@@ -260,12 +260,15 @@ __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_
 // Fills
 
 template <class T>
-__global__ void fill_weight_kernel(T* ptr, std::int64_t rows, int cols, std::int64_t row0,
-                                   std::int64_t col0, std::int64_t full_cols, std::uint64_t seed,
-                                   std::uint64_t weight_id, float scale) {
-  for (std::int64_t i = thread_index(); i < rows * cols; i += grid_threads()) {
-    const std::int64_t r = i / cols, c = i % cols;
-    ptr[i] = from_float<T>(weight_value(seed, weight_id, row0 + r, col0 + c, full_cols, scale));
+__global__ void fill_weight_kernel(T* ptr, std::int64_t rows, int cols, std::int64_t pitch,
+                                   std::int64_t row0, std::int64_t col0, std::int64_t full_cols,
+                                   std::uint64_t seed, std::uint64_t weight_id, float scale) {
+  for (std::int64_t i = thread_index(); i < rows * pitch; i += grid_threads()) {
+    const std::int64_t r = i / pitch, c = i % pitch;
+    ptr[i] =
+        c < cols
+            ? from_float<T>(weight_value(seed, weight_id, row0 + r, col0 + c, full_cols, scale))
+            : from_float<T>(0.0f);
   }
 }
 
@@ -455,7 +458,11 @@ void embedding_lookup(void* out, const void* table, const std::int32_t* token_id
 
 void fill_weight(void* ptr, std::int64_t rows, int cols, std::int64_t row0, std::int64_t col0,
                  std::int64_t full_cols, std::uint64_t seed, std::uint64_t weight_id, float scale,
-                 ActDtype dtype, cudaStream_t stream) {
+                 ActDtype dtype, cudaStream_t stream, std::int64_t pitch) {
+  if (pitch == 0) pitch = cols;
+  if (pitch < cols)
+    throw InputError("fill_weight: pitch " + std::to_string(pitch) + " is below the block's " +
+                     std::to_string(cols) + " columns");
   if (!(scale > 0.0f) || !std::isfinite(scale) || !min_weight_representable(scale, dtype)) {
     throw InputError("fill_weight: scale " + std::to_string(scale) +
                      " must be positive and finite, with scale/64 above zero in " +
@@ -469,8 +476,8 @@ void fill_weight(void* ptr, std::int64_t rows, int cols, std::int64_t row0, std:
   if (rows <= 0 || cols <= 0) return;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    fill_weight_kernel<T><<<grid_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<T*>(ptr), rows, cols, row0, col0, full_cols, seed, weight_id, scale);
+    fill_weight_kernel<T><<<grid_for(rows * pitch), kThreads, 0, stream>>>(
+        static_cast<T*>(ptr), rows, cols, pitch, row0, col0, full_cols, seed, weight_id, scale);
   });
   GPB_CHECK_LAUNCH();
 }

@@ -112,6 +112,15 @@ std::optional<std::string> gemm_shape_problem(GemmDtype t, const GemmShape& s) {
   if (info.alignment > 1 && (s.m % info.alignment || s.n % info.alignment || s.k % info.alignment))
     return fmt::format("{} needs M, N and K to be multiples of {}; got {}", to_string(t),
                        info.alignment, s.to_string());
+  if (s.lda != 0) {
+    const std::int64_t a_rows = s.trans_a ? s.k : s.m;
+    if (s.lda < a_rows)
+      return fmt::format("shape {}: lda {} is below A's {} stored rows", s.to_string(), s.lda,
+                         a_rows);
+    if (info.alignment > 1 && s.lda % info.alignment)
+      return fmt::format("{} needs lda to be a multiple of {}; got {}", to_string(t),
+                         info.alignment, s.lda);
+  }
   return std::nullopt;
 }
 
@@ -186,13 +195,14 @@ GemmPlan::GemmPlan(const CublasLtHandle& handle, GemmDtype dtype, const GemmShap
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     // fp8: no scale pointers, so the per-tensor scales are 1. (cuBLASLt 13 on Hopper refused
     // every algorithm with device scale pointers set and the default scale mode.)
-    // Stored shapes (column-major, leading dimension = stored rows).
+    // Stored shapes (column-major, leading dimension = stored rows, A's lda where given).
     const std::uint64_t a_rows = shape.trans_a ? shape.k : shape.m;
     const std::uint64_t a_cols = shape.trans_a ? shape.m : shape.k;
     const std::uint64_t b_rows = shape.trans_b ? shape.n : shape.k;
     const std::uint64_t b_cols = shape.trans_b ? shape.k : shape.n;
-    GPB_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&a_, info.a_cuda, a_rows, a_cols, static_cast<int64_t>(a_rows)));
+    const auto lda =
+        static_cast<int64_t>(shape.lda != 0 ? static_cast<std::uint64_t>(shape.lda) : a_rows);
+    GPB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, info.a_cuda, a_rows, a_cols, lda));
     GPB_CUBLAS_CHECK(
         cublasLtMatrixLayoutCreate(&b_, info.b_cuda, b_rows, b_cols, static_cast<int64_t>(b_rows)));
     GPB_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, info.d_cuda, shape.m, shape.n, shape.m));

@@ -1,11 +1,30 @@
 // The engine's allocations, computed on the host: the same sizes the Transformer constructor
-// allocates (a GPU test checks that memory() equals this).
+// allocates (a GPU test checks that memory() equals this), and the row pad of its weights.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "attention.cuh"
+#include "gpubench/core/errors.hpp"
 #include "gpubench/model/transformer.hpp"
 
 namespace gpubench::model {
+
+int weight_row_pad(const EngineOptions& o) {
+  long pad = o.weight_row_pad;
+  // GPUBENCH_WEIGHT_ROW_PAD=N: N elements instead, for A/B runs.
+  if (const char* env = std::getenv("GPUBENCH_WEIGHT_ROW_PAD"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    pad = std::strtol(env, &end, 10);
+    if (*end != '\0' || pad > (1 << 20))
+      throw InputError(fmt::format("GPUBENCH_WEIGHT_ROW_PAD={}: not a row pad in elements", env));
+  }
+  if (pad < 0 || pad % 8 != 0)
+    throw InputError(fmt::format(
+        "engine: weight row pad {} must be a non-negative multiple of 8 elements", pad));
+  return static_cast<int>(pad);
+}
 
 EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
                            std::size_t gemm_workspace_bytes) {
@@ -26,7 +45,10 @@ EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
   if (o.embed && m.positions == Positions::Learned)
     w += static_cast<std::uint64_t>(std::max(m.max_positions, o.max_context)) * H;
   if (o.head) w += norm + (m.tie_word_embeddings ? 0 : V * H);
-  std::uint64_t layer = 2 * norm + (Ql + 2 * KVl) * H + H * Ql + up * H + H * Il;
+  // The four matrices' rows are padded (weight_row_pad).
+  const std::uint64_t pad = static_cast<std::uint64_t>(weight_row_pad(o));
+  std::uint64_t layer =
+      2 * norm + (Ql + 2 * KVl) * (H + pad) + H * (Ql + pad) + up * (H + pad) + H * (Il + pad);
   if (m.qkv_bias) layer += Ql + 2 * KVl;
   if (m.qk_norm) layer += 2 * static_cast<std::uint64_t>(m.head_dim);
   if (m.out_bias) layer += H;

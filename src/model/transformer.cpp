@@ -129,7 +129,7 @@ void* Transformer::weight_rows_of(const std::vector<Range>& ranges, std::int64_t
                                   cudaStream_t stream, bool of_columns) {
   std::int64_t total = 0;
   for (const Range& r : ranges) total += r.count;
-  const std::int64_t width = of_columns ? 1 : cols;
+  const std::int64_t width = of_columns ? 1 : pitch(cols);
   weights_.push_back(alloc(static_cast<std::uint64_t>(total * width) * elem_, &memory_.weights));
   auto* dst = weights_.back().as<unsigned char>();
   for (const Range& r : ranges) {
@@ -138,7 +138,7 @@ void* Transformer::weight_rows_of(const std::vector<Range>& ranges, std::int64_t
                   opts_.dtype, stream);
     else
       fill_weight(dst, r.count, static_cast<int>(cols), r.start, 0, full_cols, opts_.seed, id,
-                  scale, opts_.dtype, stream);
+                  scale, opts_.dtype, stream, width);
     dst += static_cast<std::uint64_t>(r.count * width) * elem_;
   }
   return weights_.back().get();
@@ -146,10 +146,10 @@ void* Transformer::weight_rows_of(const std::vector<Range>& ranges, std::int64_t
 
 void* Transformer::weight_cols(std::int64_t rows, Range range, std::int64_t full_cols,
                                std::uint64_t id, float scale, cudaStream_t stream) {
-  weights_.push_back(
-      alloc(static_cast<std::uint64_t>(rows * range.count) * elem_, &memory_.weights));
+  const std::int64_t ld = pitch(range.count);
+  weights_.push_back(alloc(static_cast<std::uint64_t>(rows * ld) * elem_, &memory_.weights));
   fill_weight(weights_.back().get(), rows, static_cast<int>(range.count), 0, range.start, full_cols,
-              opts_.seed, id, scale, opts_.dtype, stream);
+              opts_.seed, id, scale, opts_.dtype, stream, ld);
   return weights_.back().get();
 }
 
@@ -165,7 +165,8 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
       layers_(options.layers > 0
                   ? std::min(options.layers, model.num_layers - std::max(options.first_layer, 0))
                   : model.num_layers - std::max(options.first_layer, 0)),
-      elem_(act_bytes(options.dtype)) {
+      elem_(act_bytes(options.dtype)),
+      row_pad_(weight_row_pad(options)) {
   const ModelConfig& m = model_;
   if (m.head_dim != 64 && m.head_dim != 128)
     throw InputError(
@@ -308,6 +309,19 @@ const void* Transformer::parameter(const std::string& name, int layer) const {
   throw InputError(fmt::format("engine: no parameter '{}' in layer {}", name, layer));
 }
 
+std::int64_t Transformer::parameter_pitch(const std::string& name) const {
+  const ModelConfig& m = model_;
+  if (name == "qkv_w" || name == "up_w") return pitch(m.hidden_size);
+  if (name == "out_w") return pitch(shard_.q_dim);
+  if (name == "down_w") return pitch(shard_.intermediate);
+  if (name == "embed" || name == "lm_head") return m.hidden_size;
+  for (const char* n :
+       {"final_norm_w", "final_norm_b", "in_norm_w", "in_norm_b", "qkv_b", "q_norm_w", "k_norm_w",
+        "out_b", "post_norm_w", "post_norm_b", "up_b", "down_b"})
+    if (name == n) return 0;
+  throw InputError(fmt::format("engine: no parameter '{}'", name));
+}
+
 const std::int32_t* Transformer::tokens(int batch, int tokens, std::uint64_t seed,
                                         cudaStream_t stream) {
   fill_tokens(ids_.as<std::int32_t>(), static_cast<std::int64_t>(batch) * tokens, model_.vocab_size,
@@ -340,22 +354,22 @@ GemmAlgo Transformer::pick_algo(const GemmPlan& plan, const void* w, const void*
   return algos[best];
 }
 
-void Transformer::linear(const char* op, int l, const void* x, const void* w, const void* bias,
-                         void* y, std::int64_t rows, std::int64_t out, std::int64_t in,
-                         cudaStream_t stream, const SkinnyFusion* fusion) {
+void Transformer::linear(const char* op, int l, const void* x, const void* w, std::int64_t ldw,
+                         const void* bias, void* y, std::int64_t rows, std::int64_t out,
+                         std::int64_t in, cudaStream_t stream, const SkinnyFusion* fusion) {
   OpScope scope(observer_, op, l, stream);
   if (fusion != nullptr ||
       (rows <= skinny_gemm_max_rows() && skinny_gemm_supported(static_cast<int>(rows), in))) {
     // Decode's few rows: a GEMV-like kernel that streams W at HBM speed, bias included.
     skinny_gemm(x, w, bias, y, static_cast<int>(rows), out, in,
                 opts_.dtype == ActDtype::BF16 ? SkinnyDtype::BF16 : SkinnyDtype::F16, stream,
-                fusion ? *fusion : SkinnyFusion{});
+                fusion ? *fusion : SkinnyFusion{}, ldw);
     return;
   }
-  auto key = std::make_tuple(out, rows, in);
+  auto key = std::make_tuple(out, rows, in, ldw);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    GemmShape shape{out, rows, in, true, false};  // Y^T = W X^T in column-major terms
+    GemmShape shape{out, rows, in, true, false, ldw};  // Y^T = W X^T in column-major terms
     auto plan =
         std::make_unique<GemmPlan>(handle_, gemm_dtype(opts_.dtype), shape, workspace_.bytes());
     const GemmAlgo algo = pick_algo(*plan, w, x, y, stream);
@@ -562,7 +576,7 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
       last = last_.get();
     }
     const SkinnyFusion f = norm_fusion(final_norm_w_);
-    linear("lm_head", -1, last, lm_head_, nullptr, logits_.get(), batch, m.vocab_size, H, stream,
+    linear("lm_head", -1, last, lm_head_, H, nullptr, logits_.get(), batch, m.vocab_size, H, stream,
            &f);
     return;
   }
@@ -579,7 +593,7 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
       layer_norm(last_.get(), last_.get(), final_norm_w_, final_norm_b_, batch, static_cast<int>(H),
                  static_cast<float>(m.norm_eps), opts_.dtype, stream);
   }
-  linear("lm_head", -1, last_.get(), lm_head_, nullptr, logits_.get(), batch, m.vocab_size, H,
+  linear("lm_head", -1, last_.get(), lm_head_, H, nullptr, logits_.get(), batch, m.vocab_size, H,
          stream);
 }
 
@@ -640,7 +654,8 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   const std::int64_t H = m.hidden_size, Q = shard_.q_dim, I = shard_.intermediate;
   const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
   const SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
-  linear("qkv", l, x_.get(), L.qkv_w, L.qkv_b, qkv_.get(), r.rows, W, H, stream, &in_norm);
+  linear("qkv", l, x_.get(), L.qkv_w, pitch(H), L.qkv_b, qkv_.get(), r.rows, W, H, stream,
+         &in_norm);
   // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).
   attention_part(l, r, decode, stream);
   const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
@@ -648,11 +663,11 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   // attention_part) and holds back gate|up until it ends.
   SkinnyFusion out_residual = residual;
   out_residual.late_dependents = decode && out_early();
-  linear("attn_out", l, attn_.get(), L.out_w, L.out_b, x_.get(), r.rows, H, Q, stream,
+  linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
-  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, L.up_b, act_.get(), r.rows,
-         up_rows, H, stream, &up);
-  linear("mlp_down", l, act_.get(), L.down_w, L.down_b, x_.get(), r.rows, H, I, stream,
+  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),
+         r.rows, up_rows, H, stream, &up);
+  linear("mlp_down", l, act_.get(), L.down_w, pitch(I), L.down_b, x_.get(), r.rows, H, I, stream,
          &residual);
 }
 
@@ -684,7 +699,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
       }
       if (sp_) gather_rows("input_all_gather", l, h_.get(), r.rows, stream);
     }
-    linear("qkv", l, row_ptr(h_, r, H), L.qkv_w, L.qkv_b, qkv, r.rows, W, H, stream);
+    linear("qkv", l, row_ptr(h_, r, H), L.qkv_w, pitch(H), L.qkv_b, qkv, r.rows, W, H, stream);
   }
   if (m.qk_norm) {
     OpScope scope(observer_, "qk_norm", l, stream);
@@ -746,7 +761,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   if (fused_) return;  // the output projection and its residual add are one fused GEMV
   // Row-parallel: each rank's partial sum; the bias is added once, after the sum.
   const bool split = opts_.tp_size > 1;
-  linear("attn_out", l, row_ptr(attn_, r, Q), L.out_w, split ? nullptr : L.out_b,
+  linear("attn_out", l, row_ptr(attn_, r, Q), L.out_w, pitch(Q), split ? nullptr : L.out_b,
          row_ptr(tmp_, r, H), r.rows, H, Q, stream);
 }
 
@@ -785,8 +800,8 @@ void Transformer::mlp_part(int l, const Rows& r, cudaStream_t stream) {
   residual_norm("residual_norm", "attn_all_gather", l, r, L.post_norm_w, L.post_norm_b, stream);
   unsigned char* const mlp = row_ptr(mlp_, r, up_rows);
   unsigned char* const act = row_ptr(act_, r, I);
-  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, row_ptr(h_, r, H), L.up_w, L.up_b, mlp,
-         r.rows, up_rows, H, stream);
+  linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, row_ptr(h_, r, H), L.up_w, pitch(H), L.up_b,
+         mlp, r.rows, up_rows, H, stream);
   {
     OpScope scope(observer_, "mlp_act", l, stream);
     if (m.gated_mlp)
@@ -796,7 +811,7 @@ void Transformer::mlp_part(int l, const Rows& r, cudaStream_t stream) {
     else
       gelu(act, mlp, r.rows * I, m.activation == Activation::GeluTanh, opts_.dtype, stream);
   }
-  linear("mlp_down", l, act, L.down_w, opts_.tp_size > 1 ? nullptr : L.down_b,
+  linear("mlp_down", l, act, L.down_w, pitch(I), opts_.tp_size > 1 ? nullptr : L.down_b,
          row_ptr(tmp_, r, H), r.rows, H, I, stream);
 }
 

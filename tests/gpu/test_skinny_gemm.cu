@@ -21,6 +21,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/model/transformer.hpp"
 #include "graph_timing.hpp"
 #include "half_bits.hpp"
 #include "skinny_gemm.cuh"
@@ -53,11 +54,23 @@ DeviceBuffer upload(const std::vector<std::uint16_t>& h) {
   return b;
 }
 
+// W [out, in] with its rows `ldw` elements apart (0: packed), NaN bits in the pad after each
+// row: a kernel that reads the pad, or steps by `in`, gives NaN or wrong sums.
+DeviceBuffer upload_w(const std::vector<std::uint16_t>& w, std::int64_t out, std::int64_t in,
+                      std::int64_t ldw) {
+  if (ldw == 0 || ldw == in) return upload(w);
+  std::vector<std::uint16_t> pitched(static_cast<std::size_t>(out * ldw), 0xFFFF);
+  for (std::int64_t o = 0; o < out; ++o)
+    std::copy_n(w.begin() + o * in, in, pitched.begin() + o * ldw);
+  return upload(pitched);
+}
+
 struct Problem {
   SkinnyDtype dtype;
   int rows;
   std::int64_t out, in;
   bool bias;
+  std::int64_t ldw = 0;  // W's row pitch (0: packed)
 };
 
 // Runs one problem on fresh data and returns the outputs outside the tolerance: output rounding
@@ -69,12 +82,13 @@ int wrong_outputs(const Problem& p, std::uint64_t seed) {
   const HostArray w(p.dtype, static_cast<std::size_t>(p.out) * p.in,
                     1.0f / std::sqrt(static_cast<float>(p.in)), rng);
   const HostArray bias(p.dtype, static_cast<std::size_t>(p.out), 0.5f, rng);
-  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits);
+  DeviceBuffer dx = upload(x.bits), dw = upload_w(w.bits, p.out, p.in, p.ldw),
+               db = upload(bias.bits);
   const std::size_t y_elems = static_cast<std::size_t>(p.rows) * p.out;
   DeviceBuffer dy(kGpu, y_elems * 2);
   GPB_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, y_elems * 2));  // NaN where nothing is written
   skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
-              p.dtype, nullptr);
+              p.dtype, nullptr, {}, p.ldw);
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::uint16_t> y(y_elems);
   GPB_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), y_elems * 2, cudaMemcpyDeviceToHost));
@@ -110,6 +124,7 @@ struct FusedProblem {
   SkinnyPrologue prologue;
   SkinnyEpilogue epilogue;
   bool weights_ready;
+  std::int64_t ldw = 0;  // W's row pitch (0: packed)
 };
 
 double silu_host(double v) {
@@ -144,8 +159,8 @@ int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
       for (std::int64_t k = 0; k < p.in; ++k) row[k] *= rstd * nw.values[k];
     }
 
-  DeviceBuffer dx = upload(x.bits), dw = upload(w.bits), db = upload(bias.bits),
-               dnw = upload(nw.bits), dy = upload(y0.bits);
+  DeviceBuffer dx = upload(x.bits), dw = upload_w(w.bits, p.out, p.in, p.ldw),
+               db = upload(bias.bits), dnw = upload(nw.bits), dy = upload(y0.bits);
   if (p.epilogue != SkinnyEpilogue::Residual)
     GPB_CUDA_CHECK(cudaMemset(dy.get(), 0xFF, yn * 2));  // NaN where nothing is written
   SkinnyFusion f;
@@ -157,7 +172,7 @@ int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   Stream stream(kGpu);  // a real stream: programmatic dependent launch applies
   skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
-              p.dtype, stream.get(), f);
+              p.dtype, stream.get(), f, p.ldw);
   stream.synchronize();
   std::vector<std::uint16_t> y(yn);
   GPB_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), yn * 2, cudaMemcpyDeviceToHost));
@@ -250,6 +265,7 @@ const char* name_of(SkinnyEpilogue e) {
 // 7B model's width, more W rows (or gate/up pairs) than the grid has warps, and few long rows.
 // The RMSNorm prologue without an epilogue takes the two-row kernel where `out` is even and the
 // one-row kernel at 37; with 8002 rows the warps take several groups (x^2 summed in the first).
+// Half the cases have W's rows padded (the engine's layout), NaN in the pads.
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
@@ -272,11 +288,13 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
                 epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
             // Bias and weights_ready alternate so that every combination meets both.
             ++seed;
-            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0};
+            const std::int64_t ldw = seed % 4 < 2 ? s.in + 128 : 0;
+            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0, ldw};
             EXPECT_EQ(wrong_fused(p, seed), 0)
                 << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << out
                 << " in " << s.in << " prologue " << name_of(pro) << " epilogue " << name_of(epi)
-                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "");
+                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
+                << (ldw ? " pitch " + std::to_string(ldw) : std::string());
             ++cases;
           }
   EXPECT_EQ(cases, 2 * 1 * 6 * 2 * 6);
@@ -324,10 +342,13 @@ TEST(SkinnyGemm, MatchesHostReference) {
     for (int rows = 1; rows <= 8; ++rows)
       for (const Shape& s : shapes)
         for (bool bias : {false, true}) {
-          const Problem p{dt, rows, s.out, s.in, bias};
+          // Every other problem with W's rows 24 elements apart beyond `in` (NaN in the pad).
+          const std::int64_t ldw = seed % 2 ? s.in + 24 : 0;
+          const Problem p{dt, rows, s.out, s.in, bias, ldw};
           EXPECT_EQ(wrong_outputs(p, ++seed), 0)
               << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << s.out
-              << " in " << s.in << (bias ? " bias" : "");
+              << " in " << s.in << (bias ? " bias" : "")
+              << (ldw ? " pitch " + std::to_string(ldw) : std::string());
         }
 }
 
@@ -386,6 +407,11 @@ TEST(SkinnyGemm, Arguments) {
                InputError);
   EXPECT_THROW(skinny_gemm(buf + 1, buf, nullptr, buf, 1, 8, 8, SkinnyDtype::BF16, nullptr),
                InputError);
+  // A row pitch below `in` or off 16 bytes.
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 8, 16, SkinnyDtype::BF16, nullptr, {}, 8),
+               InputError);
+  EXPECT_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 8, 16, SkinnyDtype::BF16, nullptr, {}, 20),
+               InputError);
   // No outputs: nothing is launched (the host pointers are never touched).
   EXPECT_NO_THROW(skinny_gemm(buf, buf, nullptr, buf, 1, 0, 8, SkinnyDtype::BF16, nullptr));
 }
@@ -396,6 +422,7 @@ TEST(SkinnyGemm, Arguments) {
 // host launch costs do not count. Bandwidth = W bytes / time (X and Y are negligible).
 TEST(SkinnyGemm, ReportBandwidth) {
   DeviceGuard guard(kGpu);
+  const std::int64_t model_row_pad = gpubench::model::EngineOptions::kWeightRowPad;
   int l2 = 0, mem_khz = 0, bus_bits = 0;
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, kGpu));
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, kGpu));
@@ -413,17 +440,20 @@ TEST(SkinnyGemm, ReportBandwidth) {
   Stream stream(kGpu);
   for (const Shape& s : shapes) {
     const std::size_t w_bytes = static_cast<std::size_t>(s.out) * s.in * 2;
+    // Room for the padded rows of the engine's layer weights (EngineOptions::weight_row_pad).
+    const std::int64_t pad = model_row_pad;
+    const std::size_t stride = static_cast<std::size_t>(s.out) * (s.in + pad) * 2;
     const int copies = static_cast<int>(3 * static_cast<std::size_t>(l2) / w_bytes + 1);
-    DeviceBuffer w(kGpu, w_bytes * copies);
+    DeviceBuffer w(kGpu, stride * copies);
     GPB_CUDA_CHECK(cudaMemset(w.get(), 0x3c, w.bytes()));
     DeviceBuffer x(kGpu, 8 * s.in * 2), y(kGpu, 8 * s.out * 2);
     GPB_CUDA_CHECK(cudaMemset(x.get(), 0x3c, x.bytes()));
     // Times `rows` rows of X through skinny_gemm with `f` and prints the line, `what` naming the
     // kernel.
-    auto report = [&](int rows, const SkinnyFusion& f, const char* what) {
+    auto report = [&](int rows, const SkinnyFusion& f, const char* what, std::int64_t ldw = 0) {
       auto run = [&](int i) {
-        skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * w_bytes, nullptr, y.get(), rows,
-                    s.out, s.in, SkinnyDtype::BF16, stream.get(), f);
+        skinny_gemm(x.get(), w.as<unsigned char>() + (i % copies) * stride, nullptr, y.get(), rows,
+                    s.out, s.in, SkinnyDtype::BF16, stream.get(), f, ldw);
       };
       for (int i = 0; i < 3; ++i) run(i);
       const double seconds = gpubench::testing::graph_replay_seconds(kGpu, stream.get(), 30, run);
@@ -452,6 +482,13 @@ TEST(SkinnyGemm, ReportBandwidth) {
     if (std::string(s.name) == "gate_up") {
       f.epilogue = SkinnyEpilogue::SwiGlu;
       report(1, f, "fused path, RMSNorm + SwiGLU");
+    }
+    // The engine's padded rows, with its fusion of this GEMV in a decode step (the LM head's
+    // rows are not padded).
+    if (std::string(s.name) != "lm_head") {
+      if (std::string(s.name) == "out" || std::string(s.name) == "down") f = SkinnyFusion{};
+      f.weights_ready = true;
+      report(1, f, "fused path, engine's fusion, padded rows", s.in + pad);
     }
   }
 }

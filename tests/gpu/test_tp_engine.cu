@@ -76,6 +76,23 @@ std::vector<std::uint16_t> download(const void* p, std::size_t elems) {
   return h;
 }
 
+// A weight matrix [rows, cols] of `t`, packed: its rows are parameter_pitch() apart on the GPU.
+// The pad after each row must hold zeros.
+std::vector<std::uint16_t> download_matrix(const Transformer& t, const char* name, int layer,
+                                           std::int64_t rows, std::int64_t cols) {
+  const std::int64_t pitch = t.parameter_pitch(name);
+  EXPECT_GE(pitch, cols) << name;
+  const auto raw = download(t.parameter(name, layer), static_cast<std::size_t>(rows * pitch));
+  std::vector<std::uint16_t> out;
+  std::int64_t nonzero_pad = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    out.insert(out.end(), raw.begin() + i * pitch, raw.begin() + i * pitch + cols);
+    for (std::int64_t c = cols; c < pitch; ++c) nonzero_pad += raw[i * pitch + c] != 0;
+  }
+  EXPECT_EQ(nonzero_pad, 0) << name << " layer " << layer;
+  return out;
+}
+
 std::vector<float> logits_of(const Transformer& t, int batch) {
   const auto raw = download(t.logits(), static_cast<std::size_t>(batch) * t.model().vocab_size);
   std::vector<float> out(raw.size());
@@ -264,20 +281,22 @@ TEST(TpEngine, ShardsAreSlicesOfTheFullWeights) {
           auto param = [&](const Transformer& e, const char* name, std::size_t elems) {
             return download(e.parameter(name, l), elems);
           };
+          auto matrix = [&](const Transformer& e, const char* name, std::int64_t rows,
+                            std::int64_t cols) { return download_matrix(e, name, l, rows, cols); };
           const std::string where = m.name + " t=" + std::to_string(t) + " rank " +
                                     std::to_string(r) + " layer " + std::to_string(l);
-          EXPECT_EQ(param(part, "qkv_w", (sh.q_dim + 2 * sh.kv_dim) * H),
-                    rows_of(param(full, "qkv_w", (Q + 2 * KV) * H), H, sh.qkv_rows))
+          EXPECT_EQ(matrix(part, "qkv_w", sh.q_dim + 2 * sh.kv_dim, H),
+                    rows_of(matrix(full, "qkv_w", Q + 2 * KV, H), H, sh.qkv_rows))
               << where;
-          EXPECT_EQ(param(part, "out_w", H * sh.q_dim),
-                    cols_of(param(full, "out_w", H * Q), H, Q, sh.out_cols))
+          EXPECT_EQ(matrix(part, "out_w", H, sh.q_dim),
+                    cols_of(matrix(full, "out_w", H, Q), H, Q, sh.out_cols))
               << where;
           const std::int64_t up_local = m.gated_mlp ? 2 * sh.intermediate : sh.intermediate;
-          EXPECT_EQ(param(part, "up_w", up_local * H),
-                    rows_of(param(full, "up_w", up * H), H, sh.gate_up_rows))
+          EXPECT_EQ(matrix(part, "up_w", up_local, H),
+                    rows_of(matrix(full, "up_w", up, H), H, sh.gate_up_rows))
               << where;
-          EXPECT_EQ(param(part, "down_w", H * sh.intermediate),
-                    cols_of(param(full, "down_w", H * I), H, I, sh.down_cols))
+          EXPECT_EQ(matrix(part, "down_w", H, sh.intermediate),
+                    cols_of(matrix(full, "down_w", H, I), H, I, sh.down_cols))
               << where;
           if (m.qkv_bias)
             EXPECT_EQ(param(part, "qkv_b", sh.q_dim + 2 * sh.kv_dim),

@@ -174,6 +174,19 @@ std::vector<float> fetch(const void* p, std::size_t n) {
   return out;
 }
 
+// A weight matrix [rows, cols] of `t`, packed (its rows are parameter_pitch() apart on the GPU).
+std::vector<float> fetch_matrix(const Transformer& t, const char* name, int layer, std::size_t rows,
+                                std::size_t cols) {
+  const auto pitch = static_cast<std::size_t>(t.parameter_pitch(name));
+  std::vector<__nv_bfloat16> raw(rows * cols);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  GPB_CUDA_CHECK(cudaMemcpy2D(raw.data(), cols * 2, t.parameter(name, layer), pitch * 2, cols * 2,
+                              rows, cudaMemcpyDeviceToHost));
+  std::vector<float> out(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
+}
+
 using Rows = std::vector<std::vector<float>>;
 
 Rows rms(const Rows& x, const std::vector<float>& w, float eps) {
@@ -244,7 +257,7 @@ TEST(Transformer, PrefillMatchesHostReference) {
     std::copy_n(embed.begin() + static_cast<std::ptrdiff_t>(id[i]) * H, H, x[i].begin());
   for (int l = 0; l < t.layers(); ++l) {
     Rows h = rms(x, fetch(t.parameter("in_norm_w", l), H), eps);
-    Rows qkv = matmul(h, fetch(t.parameter("qkv_w", l), std::size_t(Q + 2 * KV) * H), Q + 2 * KV);
+    Rows qkv = matmul(h, fetch_matrix(t, "qkv_w", l, Q + 2 * KV, H), Q + 2 * KV);
     rope_host(qkv, 0, m.num_heads, hd, theta);
     rope_host(qkv, Q, m.num_kv_heads, hd, theta);
     Rows attn(T, std::vector<float>(Q));
@@ -267,18 +280,18 @@ TEST(Transformer, PrefillMatchesHostReference) {
           attn[i][hh * hd + c] = rb(static_cast<float>(num / den));
         }
       }
-    const Rows o_proj = matmul(attn, fetch(t.parameter("out_w", l), std::size_t(H) * Q), H);
+    const Rows o_proj = matmul(attn, fetch_matrix(t, "out_w", l, H, Q), H);
     for (int i = 0; i < T; ++i)
       for (int c = 0; c < H; ++c) x[i][c] = rb(x[i][c] + o_proj[i][c]);
     h = rms(x, fetch(t.parameter("post_norm_w", l), H), eps);
-    const Rows gu = matmul(h, fetch(t.parameter("up_w", l), std::size_t(2 * I) * H), 2 * I);
+    const Rows gu = matmul(h, fetch_matrix(t, "up_w", l, 2 * I, H), 2 * I);
     Rows act(T, std::vector<float>(I));
     for (int i = 0; i < T; ++i)
       for (int c = 0; c < I; ++c) {
         const float g = gu[i][c];
         act[i][c] = rb(g / (1.0f + std::exp(-g)) * gu[i][I + c]);
       }
-    const Rows down = matmul(act, fetch(t.parameter("down_w", l), std::size_t(H) * I), H);
+    const Rows down = matmul(act, fetch_matrix(t, "down_w", l, H, I), H);
     for (int i = 0; i < T; ++i)
       for (int c = 0; c < H; ++c) x[i][c] = rb(x[i][c] + down[i][c]);
   }

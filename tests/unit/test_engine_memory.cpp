@@ -26,9 +26,19 @@ TEST(EngineMemory, FollowsTheModelAndOptions) {
     // OPT's table has 2 more rows in the parameter count (HF's position offset); the engine
     // indexes positions from 0 and leaves them out.
     const std::uint64_t opt_offset = m.model_type == "opt" ? 2ull * m.hidden_size * 2 : 0;
+    // Each row of a layer's qkv, out, gate|up (up) and down matrices is followed by the pad.
+    const std::uint64_t rows_per_layer = m.q_dim() + 2ull * m.kv_dim() + m.hidden_size +
+                                         (m.gated_mlp ? 2ull : 1ull) * m.intermediate_size +
+                                         m.hidden_size;
+    const std::uint64_t pad_bytes =
+        m.num_layers * rows_per_layer * EngineOptions::kWeightRowPad * 2ull;
+    EXPECT_EQ(weight_row_pad(o), EngineOptions::kWeightRowPad);
     EXPECT_EQ(mem.weights + opt_offset,
-              static_cast<std::uint64_t>(m.params_total()) * 2 + extra_positions)
+              static_cast<std::uint64_t>(m.params_total()) * 2 + extra_positions + pad_bytes)
         << name;
+    EngineOptions packed = o;
+    packed.weight_row_pad = 0;
+    EXPECT_EQ(engine_memory(m, packed, 1 << 20).weights + pad_bytes, mem.weights) << name;
     EXPECT_EQ(mem.kv_cache, 2ull * m.num_layers * 2 * 1024 * m.kv_dim() * 2) << name;
     EXPECT_GT(mem.activations, 2ull * 512 * 3 * m.hidden_size * 2) << name;
     EXPECT_GE(mem.workspace, 1u << 20) << name;
@@ -39,6 +49,7 @@ TEST(EngineMemory, FollowsTheModelAndOptions) {
 TEST(EngineMemory, LayersAndShards) {
   const ModelConfig m = load_preset("llama-2-7b");
   EngineOptions o;
+  o.weight_row_pad = 0;  // packed rows: a shard's out and down rows are half as long
   const EngineMemory full = engine_memory(m, o, 0);
   o.layers = 2;
   const EngineMemory two = engine_memory(m, o, 0);
@@ -74,4 +85,17 @@ TEST(EngineMemory, PipelineStages) {
     EXPECT_EQ(a.weights + b.weights, whole.weights + tied) << name;
     EXPECT_EQ(a.kv_cache + b.kv_cache, whole.kv_cache) << name;
   }
+}
+
+// The row pad is a non-negative multiple of 8 elements (16 bytes in bf16), else a clear error.
+TEST(EngineMemory, RowPadIsChecked) {
+  const ModelConfig m = load_preset("llama-2-7b");
+  EngineOptions o;
+  for (int bad : {-8, 4, 100}) {
+    o.weight_row_pad = bad;
+    EXPECT_THROW((void)weight_row_pad(o), InputError) << bad;
+    EXPECT_THROW((void)engine_memory(m, o, 0), InputError) << bad;
+  }
+  o.weight_row_pad = 64;
+  EXPECT_EQ(weight_row_pad(o), 64);
 }

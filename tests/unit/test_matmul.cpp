@@ -81,6 +81,16 @@ TEST(GemmShapes, BytesFlopsAndLayoutRules) {
   EXPECT_TRUE(contains(*layout, "TN"));
   EXPECT_TRUE(gemm_shape_problem(GemmDtype::Int8, {64, 64, 66}));
   EXPECT_FALSE(gemm_shape_problem(GemmDtype::Int8, {64, 64, 68}));
+  // A's leading dimension (the engine's padded weight rows): at least A's stored rows (K in TN,
+  // M in NN), on the dtype's alignment.
+  EXPECT_FALSE(gemm_shape_problem(GemmDtype::Bf16, {4096, 16, 4096, true, false, 4224}));
+  const auto short_lda = gemm_shape_problem(GemmDtype::Bf16, {4096, 16, 4096, true, false, 4000});
+  ASSERT_TRUE(short_lda);
+  EXPECT_TRUE(contains(*short_lda, "lda 4000"));
+  EXPECT_TRUE(gemm_shape_problem(GemmDtype::Bf16, {4096, 16, 64, false, false, 4000}));
+  EXPECT_FALSE(gemm_shape_problem(GemmDtype::Bf16, {4096, 16, 64, false, false, 4104}));
+  EXPECT_TRUE(gemm_shape_problem(GemmDtype::Fp8E4M3, {4096, 16, 4096, true, false, 4104}));
+  EXPECT_FALSE(gemm_shape_problem(GemmDtype::Fp8E4M3, {4096, 16, 4096, true, false, 4112}));
 }
 
 TEST(GemmShapes, ToleranceTableIsOrdered) {

@@ -53,6 +53,9 @@ std::optional<std::string> gemm_dtype_unsupported(GemmDtype t, int cc_major, int
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   bool trans_a = true, trans_b = false;  // TN: A stored K x M, B stored K x N
+  // A's leading dimension in elements (column-major: from one stored column to the next), at
+  // least its stored rows; 0: its stored rows (packed). The engine pads its weights' rows.
+  std::int64_t lda = 0;
   std::string to_string() const;         // "8192x8192x8192"
   std::string layout() const;            // "TN", "NN", "NT", "TT"
 };
@@ -64,8 +67,9 @@ struct GemmOperandBytes {
   std::uint64_t total() const { return a + b + d; }
 };
 GemmOperandBytes gemm_operand_bytes(GemmDtype t, const GemmShape& s);
-// Why cuBLASLt cannot run this dtype + shape (zero dimension, fp8/int8 alignment or layout), or
-// nothing. Leading dimensions equal the stored rows, so the alignment of M, N, K covers them.
+// Why cuBLASLt cannot run this dtype + shape (zero dimension, fp8/int8 alignment or layout, an
+// lda below A's stored rows or off the dtype's alignment), or nothing. B and D are packed, so
+// the alignment of M, N, K covers their leading dimensions.
 std::optional<std::string> gemm_shape_problem(GemmDtype t, const GemmShape& s);
 
 // The tolerance of one D entry: |d - ref| <= eps_out * |ref| + eps_acc * sum_k |a_ik b_kj|.

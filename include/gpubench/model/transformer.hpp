@@ -98,7 +98,19 @@ struct EngineOptions {
   // activation run inside the skinny GEMVs next to them (kernels/skinny_gemm.cuh, SkinnyFusion)
   // instead of as kernels of their own. false: one kernel per operation (for comparisons).
   bool fuse_small_steps = true;
+  // Elements of zeros after each row of a decoder layer's four weight matrices (qkv, out,
+  // gate|up, down), never read: cuBLASLt and the skinny GEMVs take the row pitch. Rows of 4096
+  // bf16 values all start at the same offset of HBM's address interleave, and a decode GEMV's
+  // warps, all at the same step of their rows, then load from the same channels; 256 bytes
+  // after each row spread them (kWeightRowPad; gpubench's README, "Padded weight rows").
+  // A multiple of 8; GPUBENCH_WEIGHT_ROW_PAD=N overrides it for A/B runs (0: packed rows).
+  int weight_row_pad = kWeightRowPad;
+  static constexpr int kWeightRowPad = 128;
 };
+
+// The row pad the engine uses with these options: weight_row_pad, or GPUBENCH_WEIGHT_ROW_PAD
+// when set. InputError when it is negative, not a multiple of 8, or the variable no number.
+int weight_row_pad(const EngineOptions& options);
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
 // all-reduce for `gpubench tp`). Every rank calls it at the same points of a step.
@@ -194,6 +206,10 @@ class Transformer {
   // "q_norm_w", "k_norm_w", "out_w", "out_b", "post_norm_w", "post_norm_b", "up_w", "up_b",
   // "down_w", "down_b" (null when the model has no such tensor). Throws on an unknown name.
   const void* parameter(const std::string& name, int layer = -1) const;
+  // Elements from one row of that weight to the next: its columns plus weight_row_pad() for
+  // "qkv_w", "out_w", "up_w" and "down_w"; its columns for the others (0 for the one-row ones:
+  // norms and biases). Throws on an unknown name.
+  std::int64_t parameter_pitch(const std::string& name) const;
 
  private:
   struct Layer;
@@ -236,9 +252,12 @@ class Transformer {
   unsigned char* cache_ptr(void* cache, const Rows& r) const;
   // Y[rows, out] = X[rows, in] W^T (+ bias), with `fusion`'s prologue and epilogue (the skinny
   // path only: fused_ steps).
-  void linear(const char* op, int l, const void* x, const void* w, const void* bias, void* y,
-              std::int64_t rows, std::int64_t out, std::int64_t in, cudaStream_t stream,
-              const SkinnyFusion* fusion = nullptr);
+  // `ldw`: elements from one row of W to the next (pitch() for a layer's weights).
+  void linear(const char* op, int l, const void* x, const void* w, std::int64_t ldw,
+              const void* bias, void* y, std::int64_t rows, std::int64_t out, std::int64_t in,
+              cudaStream_t stream, const SkinnyFusion* fusion = nullptr);
+  // The row pitch of a layer weight with `cols` columns (EngineOptions::weight_row_pad).
+  std::int64_t pitch(std::int64_t cols) const noexcept { return cols + row_pad_; }
   // A skinny GEMV's RMSNorm prologue with this norm weight (the model's eps); the residual add
   // as its epilogue; the MLP's up GEMV: the post-attention norm and the model's activation.
   SkinnyFusion norm_fusion(const void* weight) const;
@@ -258,7 +277,7 @@ class Transformer {
   DeviceBuffer alloc(std::uint64_t bytes, std::uint64_t* counter);
   void* weight(std::int64_t rows, std::int64_t cols, std::uint64_t id, float scale,
                cudaStream_t stream, std::vector<DeviceBuffer>& store);
-  // The blocks `rows` of a full weight with `cols` columns, stacked in order.
+  // The blocks `rows` of a full weight with `cols` columns, stacked in order, pitch(cols) apart.
   void* weight_rows(const std::vector<Range>& rows, std::int64_t cols, std::uint64_t id,
                     float scale, cudaStream_t stream);
   // Columns `ranges` of a full one-row bias of full_cols values, stacked.
@@ -266,7 +285,7 @@ class Transformer {
                   cudaStream_t stream);
   void* weight_rows_of(const std::vector<Range>& ranges, std::int64_t cols, std::int64_t full_cols,
                        std::uint64_t id, float scale, cudaStream_t stream, bool of_columns);
-  // Columns `range` of a full [rows, full_cols] weight.
+  // Columns `range` of a full [rows, full_cols] weight, rows pitch(range.count) apart.
   void* weight_cols(std::int64_t rows, Range range, std::int64_t full_cols, std::uint64_t id,
                     float scale, cudaStream_t stream);
   // Sums `rows` x hidden at `data` over the ranks (tp_size > 1), then adds `bias` (may be null).
@@ -286,6 +305,7 @@ class Transformer {
   int device_;
   int layers_;
   std::size_t elem_;
+  std::int64_t row_pad_;  // weight_row_pad(opts_)
   EngineMemory memory_;
   OpObserver* observer_ = nullptr;
   TpCollectives* collectives_ = nullptr;
@@ -294,8 +314,8 @@ class Transformer {
   bool fused_ = false;  // this step folds norms, residual adds and activations into its GEMVs
   CublasLtHandle handle_;
   DeviceBuffer workspace_;
-  // (N, M, K) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>,
+  // (N, M, K, lda) of a GEMM -> its plan and the fastest of the heuristic's first kTimedAlgos.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>,
            std::pair<std::unique_ptr<GemmPlan>, GemmAlgo>>
       plans_;
   std::vector<DeviceBuffer> weights_;
