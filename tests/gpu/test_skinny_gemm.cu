@@ -422,7 +422,8 @@ TEST(SkinnyGemm, Arguments) {
 // host launch costs do not count. Bandwidth = W bytes / time (X and Y are negligible).
 TEST(SkinnyGemm, ReportBandwidth) {
   DeviceGuard guard(kGpu);
-  const std::int64_t model_row_pad = gpubench::model::EngineOptions::kWeightRowPad;
+  // Room for the padded rows of the engine's layer weights (EngineOptions::weight_row_pad).
+  const std::int64_t pad = gpubench::model::EngineOptions::kWeightRowPad;
   int l2 = 0, mem_khz = 0, bus_bits = 0;
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, kGpu));
   GPB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, kGpu));
@@ -440,8 +441,6 @@ TEST(SkinnyGemm, ReportBandwidth) {
   Stream stream(kGpu);
   for (const Shape& s : shapes) {
     const std::size_t w_bytes = static_cast<std::size_t>(s.out) * s.in * 2;
-    // Room for the padded rows of the engine's layer weights (EngineOptions::weight_row_pad).
-    const std::int64_t pad = model_row_pad;
     const std::size_t stride = static_cast<std::size_t>(s.out) * (s.in + pad) * 2;
     const int copies = static_cast<int>(3 * static_cast<std::size_t>(l2) / w_bytes + 1);
     DeviceBuffer w(kGpu, stride * copies);

@@ -165,26 +165,27 @@ float rb(float x) {  // round to bf16 and back, as the GPU stores every op's out
   return __bfloat162float(__float2bfloat16(x));
 }
 
-std::vector<float> fetch(const void* p, std::size_t n) {
-  std::vector<__nv_bfloat16> raw(n);
+// `rows` rows of `cols` bf16 values, `pitch` elements apart on the GPU, packed as floats.
+std::vector<float> fetch_rows(const void* p, std::size_t rows, std::size_t cols,
+                              std::size_t pitch) {
+  std::vector<__nv_bfloat16> raw(rows * cols);
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
-  GPB_CUDA_CHECK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = __bfloat162float(raw[i]);
+  GPB_CUDA_CHECK(cudaMemcpy2D(raw.data(), cols * 2, p, pitch * 2, cols * 2, rows,
+                              cudaMemcpyDeviceToHost));
+  std::vector<float> out(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
   return out;
+}
+
+std::vector<float> fetch(const void* p, std::size_t n) {
+  return fetch_rows(p, 1, n, n);
 }
 
 // A weight matrix [rows, cols] of `t`, packed (its rows are parameter_pitch() apart on the GPU).
 std::vector<float> fetch_matrix(const Transformer& t, const char* name, int layer, std::size_t rows,
                                 std::size_t cols) {
-  const auto pitch = static_cast<std::size_t>(t.parameter_pitch(name));
-  std::vector<__nv_bfloat16> raw(rows * cols);
-  GPB_CUDA_CHECK(cudaDeviceSynchronize());
-  GPB_CUDA_CHECK(cudaMemcpy2D(raw.data(), cols * 2, t.parameter(name, layer), pitch * 2, cols * 2,
-                              rows, cudaMemcpyDeviceToHost));
-  std::vector<float> out(raw.size());
-  for (std::size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
-  return out;
+  return fetch_rows(t.parameter(name, layer), rows, cols,
+                    static_cast<std::size_t>(t.parameter_pitch(name)));
 }
 
 using Rows = std::vector<std::vector<float>>;
