@@ -170,8 +170,8 @@ std::vector<float> fetch_rows(const void* p, std::size_t rows, std::size_t cols,
                               std::size_t pitch) {
   std::vector<__nv_bfloat16> raw(rows * cols);
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
-  GPB_CUDA_CHECK(cudaMemcpy2D(raw.data(), cols * 2, p, pitch * 2, cols * 2, rows,
-                              cudaMemcpyDeviceToHost));
+  GPB_CUDA_CHECK(
+      cudaMemcpy2D(raw.data(), cols * 2, p, pitch * 2, cols * 2, rows, cudaMemcpyDeviceToHost));
   std::vector<float> out(raw.size());
   for (std::size_t i = 0; i < raw.size(); ++i) out[i] = __bfloat162float(raw[i]);
   return out;
