@@ -76,12 +76,14 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
 // buffer [tokens, qkv_stride] (q heads, then k heads, then v heads, head_dim each), with
 // `rope`, q is rotated in place and k rotated (as rope() does, bit for bit); then k and v are
 // written to row b*max_context + positions[t] of k_cache and v_cache [batch, max_context,
-// num_kv_heads*head_dim], b = t / tokens_per_seq. Without `rope` (learned positions) k and v are
-// copied as they are. head_dim even and at most kMaxRopeHeadDim.
+// kv_stride] (kv_stride 0: num_kv_heads*head_dim, packed rows), b = t / tokens_per_seq. Without
+// `rope` (learned positions) k and v are copied as they are. head_dim even and at most
+// kMaxRopeHeadDim.
 void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
                   int num_kv_heads, int head_dim, std::int64_t qkv_stride,
                   const std::int32_t* positions, bool rope, float theta, void* k_cache,
-                  void* v_cache, std::int64_t max_context, ActDtype dtype, cudaStream_t stream);
+                  void* v_cache, std::int64_t max_context, std::int64_t kv_stride, ActDtype dtype,
+                  cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // Activations, bias and residual adds, embeddings
@@ -107,8 +109,8 @@ void residual_add(void* inout, const void* in, std::int64_t n, ActDtype dtype, c
 // inout[i] += sum over k < count of slots[k * slot_stride + i], i < n, added in fp32 in order of
 // k and rounded once (the local step of a reduce-scatter whose peers' parts were copied into
 // `slots`).
-void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride,
-               std::int64_t n, ActDtype dtype, cudaStream_t stream);
+void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride, std::int64_t n,
+               ActDtype dtype, cudaStream_t stream);
 
 // out[t, :] = table[token_ids[t], :] (+ position_table[positions[t], :] when position_table is
 // not null: learned positions, OPT and GPT-2). token_ids and positions are int32 device arrays

@@ -203,7 +203,8 @@ template <class T, int kChunk>
 __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
                                     int num_kv_heads, int head_dim, std::int64_t qkv_stride,
                                     const std::int32_t* positions, bool rope, double log2_theta,
-                                    T* k_cache, T* v_cache, std::int64_t max_context) {
+                                    T* k_cache, T* v_cache, std::int64_t max_context,
+                                    std::int64_t kv_stride) {
   pdl_start();
   __shared__ float inv_freq[kMaxRopeHeadDim / 2];
   const int half = head_dim / 2;
@@ -213,7 +214,6 @@ __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_
   __syncthreads();
   const int heads = num_heads + 2 * num_kv_heads;
   const int chunks = half / kChunk;
-  const std::int64_t kv_dim = static_cast<std::int64_t>(num_kv_heads) * head_dim;
   const std::int64_t items = tokens * heads * chunks;
   for (std::int64_t idx = thread_index(); idx < items; idx += grid_threads()) {
     const int c = static_cast<int>(idx % chunks) * kChunk;
@@ -226,7 +226,7 @@ __global__ void qkv_to_cache_kernel(T* qkv, std::int64_t tokens, int tokens_per_
       const std::int64_t row = (t / tokens_per_seq) * max_context + pos;
       const bool is_k = head < num_heads + num_kv_heads;
       const int g = head - num_heads - (is_k ? 0 : num_kv_heads);
-      dst = (is_k ? k_cache : v_cache) + row * kv_dim + static_cast<std::int64_t>(g) * head_dim;
+      dst = (is_k ? k_cache : v_cache) + row * kv_stride + static_cast<std::int64_t>(g) * head_dim;
       if (!is_k || !rope) {  // v (or k without RoPE): copied
         if constexpr (kChunk == 8) {
           *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(src + c);
@@ -324,7 +324,8 @@ void rope(void* q, void* k, const std::int32_t* positions, std::int64_t tokens, 
 void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_heads,
                   int num_kv_heads, int head_dim, std::int64_t qkv_stride,
                   const std::int32_t* positions, bool rope, float theta, void* k_cache,
-                  void* v_cache, std::int64_t max_context, ActDtype dtype, cudaStream_t stream) {
+                  void* v_cache, std::int64_t max_context, std::int64_t kv_stride, ActDtype dtype,
+                  cudaStream_t stream) {
   if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim)
     throw InputError("qkv_to_cache: head_dim " + std::to_string(head_dim) +
                      " must be even and at most " + std::to_string(kMaxRopeHeadDim));
@@ -332,10 +333,15 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
   if (tokens_per_seq < 1 ||
       qkv_stride < static_cast<std::int64_t>(num_heads + 2 * num_kv_heads) * head_dim)
     throw InputError("qkv_to_cache: tokens_per_seq below 1 or a row shorter than its heads");
+  const std::int64_t kv_dim = static_cast<std::int64_t>(num_kv_heads) * head_dim;
+  if (kv_stride == 0) kv_stride = kv_dim;
+  if (kv_stride < kv_dim)
+    throw InputError("qkv_to_cache: cache row pitch " + std::to_string(kv_stride) +
+                     " below its KV heads' " + std::to_string(kv_dim) + " elements");
   if (tokens <= 0) return;
   const int half = head_dim / 2;
-  const bool vec = half % 8 == 0 && qkv_stride % 8 == 0 && aligned16(qkv) && aligned16(k_cache) &&
-                   aligned16(v_cache);
+  const bool vec = half % 8 == 0 && qkv_stride % 8 == 0 && kv_stride % 8 == 0 && aligned16(qkv) &&
+                   aligned16(k_cache) && aligned16(v_cache);
   const std::int64_t heads = num_heads + 2 * num_kv_heads;
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -345,11 +351,11 @@ void qkv_to_cache(void* qkv, std::int64_t tokens, int tokens_per_seq, int num_he
     if (vec)
       launch_pdl(qkv_to_cache_kernel<T, 8>, grid_for(tokens * heads * (half / 8), 4096), kThreads,
                  0, stream, x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim,
-                 qkv_stride, positions, rope, log2_theta, kc, vc, max_context);
+                 qkv_stride, positions, rope, log2_theta, kc, vc, max_context, kv_stride);
     else
       launch_pdl(qkv_to_cache_kernel<T, 1>, grid_for(tokens * heads * half, 4096), kThreads, 0,
                  stream, x, tokens, tokens_per_seq, num_heads, num_kv_heads, head_dim, qkv_stride,
-                 positions, rope, log2_theta, kc, vc, max_context);
+                 positions, rope, log2_theta, kc, vc, max_context, kv_stride);
   });
   GPB_CHECK_LAUNCH();
 }
@@ -392,8 +398,8 @@ void residual_add(void* inout, const void* in, std::int64_t n, ActDtype dtype,
   launch_map(inout, inout, in, n, Add{}, dtype, stream);
 }
 
-void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride,
-               std::int64_t n, ActDtype dtype, cudaStream_t stream) {
+void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stride, std::int64_t n,
+               ActDtype dtype, cudaStream_t stream) {
   if (n <= 0 || count <= 0) return;
   const bool vec = aligned16(inout) && aligned16(slots) && slot_stride % kVec == 0;
   dispatch(dtype, [&](auto tag) {
@@ -404,8 +410,8 @@ void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stri
       launch_pdl(sum_slots_kernel<T, kVec>, grid_for(n / kVec + 1), kThreads, 0, stream, x, s,
                  count, slot_stride, n);
     } else {
-      launch_pdl(sum_slots_kernel<T, 1>, grid_for(n), kThreads, 0, stream, x, s, count,
-                 slot_stride, n);
+      launch_pdl(sum_slots_kernel<T, 1>, grid_for(n), kThreads, 0, stream, x, s, count, slot_stride,
+                 n);
     }
   });
   GPB_CHECK_LAUNCH();

@@ -11,19 +11,31 @@
 
 namespace gpubench::model {
 
-int weight_row_pad(const EngineOptions& o) {
-  long pad = o.weight_row_pad;
-  // GPUBENCH_WEIGHT_ROW_PAD=N: N elements instead, for A/B runs.
-  if (const char* env = std::getenv("GPUBENCH_WEIGHT_ROW_PAD"); env != nullptr && *env != '\0') {
+namespace {
+
+// A row pad in elements: `value`, or the environment variable `env` when set (A/B runs).
+int row_pad(long value, const char* env, const char* what) {
+  long pad = value;
+  if (const char* text = std::getenv(env); text != nullptr && *text != '\0') {
     char* end = nullptr;
-    pad = std::strtol(env, &end, 10);
+    pad = std::strtol(text, &end, 10);
     if (*end != '\0' || pad > (1 << 20))
-      throw InputError(fmt::format("GPUBENCH_WEIGHT_ROW_PAD={}: not a row pad in elements", env));
+      throw InputError(fmt::format("{}={}: not a row pad in elements", env, text));
   }
   if (pad < 0 || pad % 8 != 0)
     throw InputError(fmt::format(
-        "engine: weight row pad {} must be a non-negative multiple of 8 elements", pad));
+        "engine: {} row pad {} must be a non-negative multiple of 8 elements", what, pad));
   return static_cast<int>(pad);
+}
+
+}  // namespace
+
+int weight_row_pad(const EngineOptions& o) {
+  return row_pad(o.weight_row_pad, "GPUBENCH_WEIGHT_ROW_PAD", "weight");
+}
+
+int kv_row_pad(const EngineOptions& o) {
+  return row_pad(o.kv_row_pad, "GPUBENCH_KV_ROW_PAD", "KV cache");
 }
 
 EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
@@ -58,7 +70,8 @@ EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
   EngineMemory mem;
   mem.weights = w * e;
   mem.kv_cache = 2 * layers * static_cast<std::uint64_t>(o.max_batch) *
-                 static_cast<std::uint64_t>(o.max_context) * KVl * e;
+                 static_cast<std::uint64_t>(o.max_context) *
+                 (KVl + static_cast<std::uint64_t>(kv_row_pad(o))) * e;
   const std::uint64_t rows =
       static_cast<std::uint64_t>(o.max_batch) * static_cast<std::uint64_t>(o.max_tokens);
   mem.activations = rows * (3 * H + Ql + 2 * KVl + Ql + up + Il) * e  // x h tmp qkv attn mlp act

@@ -166,7 +166,8 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
                   ? std::min(options.layers, model.num_layers - std::max(options.first_layer, 0))
                   : model.num_layers - std::max(options.first_layer, 0)),
       elem_(act_bytes(options.dtype)),
-      row_pad_(weight_row_pad(options)) {
+      row_pad_(weight_row_pad(options)),
+      kv_pitch_(0) {
   const ModelConfig& m = model_;
   if (m.head_dim != 64 && m.head_dim != 128)
     throw InputError(
@@ -174,6 +175,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
     throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
   shard_ = shard_shape(m, opts_.tp_size, opts_.tp_rank);  // InputError when t does not split m
+  kv_pitch_ = shard_.kv_dim + kv_row_pad(opts_);
   if (opts_.first_layer < 0 || opts_.first_layer >= m.num_layers)
     throw InputError(fmt::format("engine: first layer {} is outside 0..{} ({})", opts_.first_layer,
                                  m.num_layers - 1, m.name));
@@ -218,7 +220,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
 
   const std::uint64_t cache_elems = static_cast<std::uint64_t>(opts_.max_batch) *
                                     static_cast<std::uint64_t>(opts_.max_context) *
-                                    static_cast<std::uint64_t>(KVl);
+                                    static_cast<std::uint64_t>(kv_pitch_);
   kv_ = alloc(2 * static_cast<std::uint64_t>(layers_) * cache_elems * elem_, &memory_.kv_cache);
   for (int l = 0; l < layers_; ++l) {
     const int g = opts_.first_layer + l;  // the layer's index in the whole model: its weights
@@ -468,8 +470,7 @@ bool Transformer::fusable(std::int64_t rows) const {
          skinny_fusion_supported(r, m.hidden_size, shard_.intermediate, residual_fusion());
 }
 
-unsigned char* Transformer::row_ptr(const DeviceBuffer& b, const Rows& r,
-                                    std::int64_t cols) const {
+unsigned char* Transformer::row_ptr(const DeviceBuffer& b, const Rows& r, std::int64_t cols) const {
   return b.as<unsigned char>() + r.row0 * cols * static_cast<std::int64_t>(elem_);
 }
 
@@ -480,16 +481,16 @@ unsigned char* Transformer::local_rows(const DeviceBuffer& b, const Rows& r) con
 }
 
 unsigned char* Transformer::cache_ptr(void* cache, const Rows& r) const {
-  return static_cast<unsigned char*>(cache) +
-         static_cast<std::int64_t>(r.seq0) * opts_.max_context * shard_.kv_dim *
-             static_cast<std::int64_t>(elem_);
+  return static_cast<unsigned char*>(cache) + static_cast<std::int64_t>(r.seq0) *
+                                                  opts_.max_context * kv_pitch_ *
+                                                  static_cast<std::int64_t>(elem_);
 }
 
 void Transformer::set_overlap_chunks(int chunks) {
   const int built = static_cast<int>(computed_.size());
   if (chunks < 1 || (chunks > 1 && chunks > built))
-    throw InputError(fmt::format("engine: {} overlap chunks, built for at most {}", chunks,
-                                 std::max(built, 1)));
+    throw InputError(
+        fmt::format("engine: {} overlap chunks, built for at most {}", chunks, std::max(built, 1)));
   opts_.overlap_chunks = chunks;
 }
 
@@ -723,7 +724,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   a.q_pos0 = r.pos0;
   a.max_context = opts_.max_context;
   a.q_stride = W;
-  a.kv_stride = KV;
+  a.kv_stride = kv_pitch_;
   // A decode step's RoPE and cache write run inside the attention kernel (timed as attention),
   // unless GPUBENCH_DECODE_ATTENTION=separate asks for a kernel of their own (A/B runs).
   static const bool separate = env_is("GPUBENCH_DECODE_ATTENTION", "separate");
@@ -737,9 +738,8 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
     // RoPE on q and k, k and v into the caches: one kernel.
     OpScope scope(observer_, rotary ? "rope_kv_cache" : "kv_write", l, stream);
     qkv_to_cache(qkv, r.rows, r.tokens, heads, kv_heads, m.head_dim, W,
-                 positions_.as<std::int32_t>() + r.row0, rotary,
-                 static_cast<float>(m.rope_theta), k_cache, v_cache, opts_.max_context,
-                 opts_.dtype, stream);
+                 positions_.as<std::int32_t>() + r.row0, rotary, static_cast<float>(m.rope_theta),
+                 k_cache, v_cache, opts_.max_context, kv_pitch_, opts_.dtype, stream);
   }
   {
     OpScope scope(observer_, "attention", l, stream);
@@ -781,8 +781,8 @@ void Transformer::residual_norm(const char* op, const char* gather_op, int l, co
   {
     OpScope scope(observer_, op, l, stream);
     if (m.norm == Norm::LayerNorm)
-      add_layer_norm(local_rows(x_, r), local_rows(h_, r), local_rows(tmp_, r), w, b, nrows, H,
-                     eps, opts_.dtype, stream);
+      add_layer_norm(local_rows(x_, r), local_rows(h_, r), local_rows(tmp_, r), w, b, nrows, H, eps,
+                     opts_.dtype, stream);
     else
       add_rms_norm(local_rows(x_, r), local_rows(h_, r), local_rows(tmp_, r), w, nrows, H, eps,
                    opts_.dtype, stream);
@@ -823,8 +823,7 @@ void Transformer::layer_end(int l, const Rows& r, cudaStream_t stream) {
   } else {
     OpScope scope(observer_, "residual", l, stream);
     residual_add(local_rows(x_, r), local_rows(tmp_, r),
-                 (sp_ ? r.rows / opts_.tp_size : r.rows) * model_.hidden_size, opts_.dtype,
-                 stream);
+                 (sp_ ? r.rows / opts_.tp_size : r.rows) * model_.hidden_size, opts_.dtype, stream);
   }
 }
 

@@ -225,7 +225,7 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
               // Fresh inputs each time: the separate kernels rotate q in place.
               Buffers w(c, seed), g(c, seed);
               qkv_to_cache(w.q.get(), batch, 1, heads, kv_heads, d, width, pos.as<std::int32_t>(),
-                           rope, theta, w.k.get(), w.v.get(), w.args.max_context, act, nullptr);
+                           rope, theta, w.k.get(), w.v.get(), w.args.max_context, 0, act, nullptr);
               DeviceBuffer ws(kGpu, decode_workspace_bytes(w.args, splits));
               decode_attention(w.args, splits, ws.get(), nullptr);
               give_new_row(g);
@@ -255,7 +255,7 @@ TEST(DecodeAttention, AppendMatchesCacheWriteKernel) {
                 } else {
                   qkv_to_cache(e.q.get(), batch, 1, heads, kv_heads, d, width,
                                pos.as<std::int32_t>(), rope, theta, e.k.get(), e.v.get(),
-                               e.args.max_context, act, s2.get());
+                               e.args.max_context, 0, act, s2.get());
                 }
                 e.args.cache_ready = true;
                 decode_attention(e.args, splits, ws.get(), s2.get());

@@ -396,54 +396,61 @@ TEST(TransformerRope, QkvToCacheEqualsRopeThenCopies) {
   DeviceGuard guard(kGpu);
   for (ActDtype d : kDtypes)
     for (int head_dim : {128, 64, 6})
-      for (bool rotary : {true, false}) {
-        SCOPED_TRACE(
-            label(d, "head_dim " + std::to_string(head_dim) + (rotary ? " rope" : " no rope")));
-        const int heads = 8, kv_heads = 2, batch = 3, per_seq = 5, pos0 = 9, max_context = 20;
-        const std::int64_t tokens = batch * per_seq, kv_dim = kv_heads * head_dim;
-        const std::int64_t stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim;
-        std::vector<std::int32_t> positions(tokens);
-        for (std::int64_t t = 0; t < tokens; ++t) positions[t] = pos0 + t % per_seq;
-        const Bits qkv = random_bits(d, tokens * stride, 77 + head_dim, -2.0f, 2.0f);
-        const Bits sentinel = random_bits(d, batch * max_context * kv_dim, 78, -1.0f, 1.0f);
-        DeviceBuffer dqkv = upload(qkv), dpos = upload(positions), kc = upload(sentinel),
-                     vc = upload(sentinel);
-        qkv_to_cache(dqkv.get(), tokens, per_seq, heads, kv_heads, head_dim, stride,
-                     dpos.as<std::int32_t>(), rotary, 10000.0f, kc.get(), vc.get(), max_context, d,
-                     nullptr);
-        const Bits got_qkv = download(dqkv.get(), qkv.size());
-        const Bits got_k = download(kc.get(), sentinel.size());
-        const Bits got_v = download(vc.get(), sentinel.size());
+      for (bool rotary : {true, false})
+        for (int pad : {0, 8}) {  // cache rows packed (pitch 0) or padded
+          SCOPED_TRACE(label(d, "head_dim " + std::to_string(head_dim) +
+                                    (rotary ? " rope" : " no rope") + " pad " +
+                                    std::to_string(pad)));
+          const int heads = 8, kv_heads = 2, batch = 3, per_seq = 5, pos0 = 9, max_context = 20;
+          const std::int64_t tokens = batch * per_seq, kv_dim = kv_heads * head_dim;
+          const std::int64_t pitch = kv_dim + pad;
+          const std::int64_t stride = static_cast<std::int64_t>(heads + 2 * kv_heads) * head_dim;
+          std::vector<std::int32_t> positions(tokens);
+          for (std::int64_t t = 0; t < tokens; ++t) positions[t] = pos0 + t % per_seq;
+          const Bits qkv = random_bits(d, tokens * stride, 77 + head_dim, -2.0f, 2.0f);
+          const Bits sentinel = random_bits(d, batch * max_context * pitch, 78, -1.0f, 1.0f);
+          DeviceBuffer dqkv = upload(qkv), dpos = upload(positions), kc = upload(sentinel),
+                       vc = upload(sentinel);
+          qkv_to_cache(dqkv.get(), tokens, per_seq, heads, kv_heads, head_dim, stride,
+                       dpos.as<std::int32_t>(), rotary, 10000.0f, kc.get(), vc.get(), max_context,
+                       pad == 0 ? 0 : pitch, d, nullptr);
+          const Bits got_qkv = download(dqkv.get(), qkv.size());
+          const Bits got_k = download(kc.get(), sentinel.size());
+          const Bits got_v = download(vc.get(), sentinel.size());
 
-        DeviceBuffer ref = upload(qkv);
-        auto* base = ref.as<std::uint16_t>();
-        if (rotary)
-          rope(base, base + heads * head_dim, dpos.as<std::int32_t>(), tokens, heads, kv_heads,
-               head_dim, stride, stride, 10000.0f, d, nullptr);
-        const Bits want = download(base, qkv.size());
-        Bits want_k = sentinel, want_v = sentinel;
-        for (std::int64_t t = 0; t < tokens; ++t) {
-          const std::int64_t row = (t / per_seq) * max_context + positions[t];
-          for (std::int64_t i = 0; i < kv_dim; ++i) {
-            want_k[row * kv_dim + i] = want[t * stride + heads * head_dim + i];
-            want_v[row * kv_dim + i] = want[t * stride + heads * head_dim + kv_dim + i];
+          DeviceBuffer ref = upload(qkv);
+          auto* base = ref.as<std::uint16_t>();
+          if (rotary)
+            rope(base, base + heads * head_dim, dpos.as<std::int32_t>(), tokens, heads, kv_heads,
+                 head_dim, stride, stride, 10000.0f, d, nullptr);
+          const Bits want = download(base, qkv.size());
+          Bits want_k = sentinel, want_v = sentinel;
+          for (std::int64_t t = 0; t < tokens; ++t) {
+            const std::int64_t row = (t / per_seq) * max_context + positions[t];
+            for (std::int64_t i = 0; i < kv_dim; ++i) {
+              want_k[row * pitch + i] = want[t * stride + heads * head_dim + i];
+              want_v[row * pitch + i] = want[t * stride + heads * head_dim + kv_dim + i];
+            }
           }
+          // q in place and k in the cache as rope() rotates them (to the last unit: the compiler
+          // may contract the rotation into FMAs differently in the two kernels); v copied exactly.
+          Bits got_q, want_q;
+          for (std::int64_t t = 0; t < tokens; ++t) {
+            got_q.insert(got_q.end(), got_qkv.begin() + t * stride,
+                         got_qkv.begin() + t * stride + heads * head_dim);
+            want_q.insert(want_q.end(), want.begin() + t * stride,
+                          want.begin() + t * stride + heads * head_dim);
+          }
+          EXPECT_TRUE(matches_reference(d, got_q, values(d, want_q))) << "q";
+          EXPECT_TRUE(matches_reference(d, got_k, values(d, want_k))) << "k cache";
+          EXPECT_TRUE(got_v == want_v) << "v cache";
         }
-        // q in place and k in the cache as rope() rotates them (to the last unit: the compiler
-        // may contract the rotation into FMAs differently in the two kernels); v copied exactly.
-        Bits got_q, want_q;
-        for (std::int64_t t = 0; t < tokens; ++t) {
-          got_q.insert(got_q.end(), got_qkv.begin() + t * stride,
-                       got_qkv.begin() + t * stride + heads * head_dim);
-          want_q.insert(want_q.end(), want.begin() + t * stride,
-                        want.begin() + t * stride + heads * head_dim);
-        }
-        EXPECT_TRUE(matches_reference(d, got_q, values(d, want_q))) << "q";
-        EXPECT_TRUE(matches_reference(d, got_k, values(d, want_k))) << "k cache";
-        EXPECT_TRUE(got_v == want_v) << "v cache";
-      }
   EXPECT_THROW(qkv_to_cache(nullptr, 1, 1, 1, 1, 7, 21, nullptr, true, 10000.0f, nullptr, nullptr,
-                            1, ActDtype::BF16, nullptr),
+                            1, 0, ActDtype::BF16, nullptr),
+               InputError);
+  // A cache row pitch shorter than the KV heads' row.
+  EXPECT_THROW(qkv_to_cache(nullptr, 1, 1, 1, 1, 8, 24, nullptr, true, 10000.0f, nullptr, nullptr,
+                            1, 4, ActDtype::BF16, nullptr),
                InputError);
 }
 

@@ -39,7 +39,10 @@ TEST(EngineMemory, FollowsTheModelAndOptions) {
     EngineOptions packed = o;
     packed.weight_row_pad = 0;
     EXPECT_EQ(engine_memory(m, packed, 1 << 20).weights + pad_bytes, mem.weights) << name;
-    EXPECT_EQ(mem.kv_cache, 2ull * m.num_layers * 2 * 1024 * m.kv_dim() * 2) << name;
+    EXPECT_EQ(kv_row_pad(o), EngineOptions::kKvRowPad);
+    EXPECT_EQ(mem.kv_cache,
+              2ull * m.num_layers * 2 * 1024 * (m.kv_dim() + EngineOptions::kKvRowPad) * 2)
+        << name;
     EXPECT_GT(mem.activations, 2ull * 512 * 3 * m.hidden_size * 2) << name;
     EXPECT_GE(mem.workspace, 1u << 20) << name;
     EXPECT_EQ(mem.total(), mem.weights + mem.kv_cache + mem.activations + mem.workspace);
@@ -50,6 +53,7 @@ TEST(EngineMemory, LayersAndShards) {
   const ModelConfig m = load_preset("llama-2-7b");
   EngineOptions o;
   o.weight_row_pad = 0;  // packed rows: a shard's out and down rows are half as long
+  o.kv_row_pad = 0;      // and its cache rows
   const EngineMemory full = engine_memory(m, o, 0);
   o.layers = 2;
   const EngineMemory two = engine_memory(m, o, 0);
@@ -98,4 +102,24 @@ TEST(EngineMemory, RowPadIsChecked) {
   }
   o.weight_row_pad = 64;
   EXPECT_EQ(weight_row_pad(o), 64);
+}
+
+// The cache rows' pad: checked the same way, and counted once per position of every layer's K and
+// V caches.
+TEST(EngineMemory, KvRowPad) {
+  const ModelConfig m = load_preset("llama-2-7b");
+  EngineOptions o;
+  o.max_batch = 2;
+  o.max_context = 1000;
+  for (int bad : {-8, 4, 100}) {
+    o.kv_row_pad = bad;
+    EXPECT_THROW((void)kv_row_pad(o), InputError) << bad;
+    EXPECT_THROW((void)engine_memory(m, o, 0), InputError) << bad;
+  }
+  o.kv_row_pad = 0;
+  const std::uint64_t packed = engine_memory(m, o, 0).kv_cache;
+  EXPECT_EQ(packed, 2ull * m.num_layers * 2 * 1000 * m.kv_dim() * 2);
+  o.kv_row_pad = 64;
+  EXPECT_EQ(kv_row_pad(o), 64);
+  EXPECT_EQ(engine_memory(m, o, 0).kv_cache, packed + 2ull * m.num_layers * 2 * 1000 * 64 * 2);
 }

@@ -106,11 +106,18 @@ struct EngineOptions {
   // A multiple of 8; GPUBENCH_WEIGHT_ROW_PAD=N overrides it for A/B runs (0: packed rows).
   int weight_row_pad = kWeightRowPad;
   static constexpr int kWeightRowPad = 128;
+  // Elements of zeros after each position's row of the K and V caches (a row holds this rank's
+  // KV heads), never read: every attention path takes the row pitch. A multiple of 8;
+  // GPUBENCH_KV_ROW_PAD=N overrides it for A/B runs.
+  int kv_row_pad = kKvRowPad;
+  static constexpr int kKvRowPad = 0;
 };
 
 // The row pad the engine uses with these options: weight_row_pad, or GPUBENCH_WEIGHT_ROW_PAD
 // when set. InputError when it is negative, not a multiple of 8, or the variable no number.
 int weight_row_pad(const EngineOptions& options);
+// The same for the caches' rows: kv_row_pad, or GPUBENCH_KV_ROW_PAD when set.
+int kv_row_pad(const EngineOptions& options);
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
 // all-reduce for `gpubench tp`). Every rank calls it at the same points of a step.
@@ -239,8 +246,8 @@ class Transformer {
                      const void* b, cudaStream_t stream);
   // tmp_'s rows of r summed over the ranks (tp_size > 1; an all-reduce, or a reduce-scatter
   // with sequence parallelism), `bias` added after; nothing at tp_size 1.
-  void sum_partials(const char* all_reduce_op, const char* reduce_scatter_op, int l,
-                    const Rows& r, const void* bias, cudaStream_t stream);
+  void sum_partials(const char* all_reduce_op, const char* reduce_scatter_op, int l, const Rows& r,
+                    const void* bias, cudaStream_t stream);
   // The fused layer of a fused_ step.
   void fused_layer(int l, const Rows& r, bool decode, cudaStream_t stream);
   // Every layer over the chunks, chunk by chunk, each chunk's sums on comm_ while the next
@@ -305,7 +312,8 @@ class Transformer {
   int device_;
   int layers_;
   std::size_t elem_;
-  std::int64_t row_pad_;  // weight_row_pad(opts_)
+  std::int64_t row_pad_;   // weight_row_pad(opts_)
+  std::int64_t kv_pitch_;  // a cache row: this rank's KV heads plus kv_row_pad(opts_)
   EngineMemory memory_;
   OpObserver* observer_ = nullptr;
   TpCollectives* collectives_ = nullptr;
