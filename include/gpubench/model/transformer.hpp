@@ -108,7 +108,8 @@ struct EngineOptions {
   static constexpr int kWeightRowPad = 128;
   // Elements of zeros after each position's row of the K and V caches (a row holds this rank's
   // KV heads), never read: every attention path takes the row pitch. A multiple of 8;
-  // GPUBENCH_KV_ROW_PAD=N overrides it for A/B runs.
+  // GPUBENCH_KV_ROW_PAD=N overrides it for A/B runs. 0: unlike the weights' rows, padded cache
+  // rows measured level with packed ones in a decode step (seqlen_decode_experiments/kv_row_pad).
   int kv_row_pad = kKvRowPad;
   static constexpr int kKvRowPad = 0;
 };
