@@ -11,7 +11,7 @@
 // Checked against naive kernels (2 layers, 256 keys) before the timings.
 // Stand-alone (gpubench's own code); build: nvcc -O3 -std=c++17 -arch=sm_90a -o probe probe.cu
 // Run: ./probe 32 (layers); ./probe 2 1|2: one layer's phases as a chain, for a profiler.
-// This is version 9 of versions/ (7 with a tree of xors): the README of the folder above names
+// This is version 10 of versions/ (9 with a choice of polling): the README of the folder above names
 // what each version ran.
 #include <cuda_bf16.h>
 
@@ -46,6 +46,8 @@ struct Params {
   int *att_cnt, *done;
   int pg_begin, pg_end, wait;
   int skip;  // timing probes: bit 0 skips the arithmetic, bit 1 the copy into registers too
+  int poll;  // 0: every warp polls the counter (sleeping sleep_ns between polls); 1: one warp a block
+  int sleep_ns;
 };
 
 // The pieces (ring slots) of PB bytes: a row of 4096 bf16 is ROWP pieces, a down row DOWNP, an
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(W * 32, 1) dataflow(const Params P) {
   __shared__ float blk_sq[2];
   __shared__ int blk_cnt, claim;
   __shared__ volatile int staged;
+  __shared__ int poller, passed;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int B = gridDim.x, nw = B * W, my = warp * B + blockIdx.x;
   if (threadIdx.x == 0) {
@@ -251,6 +254,7 @@ __global__ void __launch_bounds__(W * 32, 1) dataflow(const Params P) {
     blk_sq[0] = blk_sq[1] = 0.f;
     blk_cnt = 0;
     claim = -1;
+    poller = passed = -1;
     staged = -1;
   }
   __syncthreads();
@@ -302,7 +306,22 @@ __global__ void __launch_bounds__(W * 32, 1) dataflow(const Params P) {
   for (int pg = P.pg_begin; pg < P.pg_end; ++pg) {
     const int l = pg / NP, p = pg % NP;
     if (P.wait && pg > 0) {
-      while (ld_acquire(P.done + pg - 1) < B) __nanosleep(20);
+      if (P.poll == 0) {
+        while (ld_acquire(P.done + pg - 1) < B) __nanosleep(P.sleep_ns);
+      } else {  // the first warp of the block to get here polls; the others wait on shared memory
+        int mine = 0;
+        if (lane == 0) mine = atomicMax(&poller, pg) < pg;
+        mine = __shfl_sync(~0u, mine, 0);
+        if (mine) {
+          while (ld_acquire(P.done + pg - 1) < B) {
+          }
+          if (lane == 0) atomicMax(&passed, pg);
+        } else {
+          while (*(volatile int*)&passed < pg) __nanosleep(P.sleep_ns);
+        }
+        __syncwarp();
+        (void)ld_acquire(P.done + pg - 1);
+      }
     }
     // The phase's input, scaled by its norm, staged once per block as bf16 (STAGE 1: by every
     // thread of the block, then a block barrier; STAGE 0: by the first warp past the wait while
@@ -593,9 +612,10 @@ void reset(const Model& m, const Acts& a, cudaStream_t st) {
   CK(cudaMemsetAsync(a.done, 0, m.L * NP * sizeof(int), st));
   init_x<<<1, 256, 0, st>>>(a.xs, a.sq);
 }
+int g_poll = 0, g_sleep = 20;
 Params params(const Model& m, const Acts& a) {
   Params P{m.wqkv, m.wo, m.wgu, m.wd, m.kc, m.vc, m.n1, m.n2, m.ctx, m.ctx / CHUNK,
-           a.xs, a.qkv, a.att, a.xm, a.g, a.ws, a.sq, a.att_cnt, a.done, 0, m.L * NP, 1, 0};
+           a.xs, a.qkv, a.att, a.xm, a.g, a.ws, a.sq, a.att_cnt, a.done, 0, m.L * NP, 1, 0, g_poll, g_sleep};
   return P;
 }
 
@@ -692,6 +712,16 @@ void time_it(const Model& m, const Acts& a, const char* mode, double bytes) {
 }
 
 template <int W, int S, int PB>
+void polls(const Model& m, const Acts& a, double bytes) {
+  const int cfg[][2] = {{0, 20}, {0, 200}, {0, 1000}, {1, 20}, {1, 200}, {0, 20}};
+  for (const auto& c : cfg) {
+    g_poll = c[0], g_sleep = c[1];
+    std::printf("poll %d sleep %4d ns: ", g_poll, g_sleep);
+    time_it<W, S, PB>(m, a, "persistent", bytes);
+  }
+  g_poll = 0, g_sleep = 20;
+}
+template <int W, int S, int PB>
 void all_modes(const Model& m, const Acts& a, double bytes) {
   time_it<W, S, PB>(m, a, "persistent", bytes);
   time_it<W, S, PB>(m, a, "no-wait", bytes);
@@ -721,22 +751,24 @@ int main(int argc, char** argv) {
     check<16, 1, 8192>(m, a, ref, true, 1);
     check<16, 3, 4096>(m, a, ref, true, 1);
     check<16, 3, 4096>(m, a, ref, false, 0);
+    g_poll = 1;
+    check<16, 1, 8192>(m, a, ref, true, 1);
+    check<8, 3, 8192>(m, a, ref, true, 1);
+    g_poll = 0;
     check<10, 2, 8192>(m, a, ref, true, 1);
     check<12, 2, 8192>(m, a, ref, true, 1);
     check<8, 3, 8192>(m, a, ref, true, 1);
   }
-  for (int ctx : {2048, 8192}) {
+  for (int ctx : {2048}) {
     Model m = make_model(L, ctx);
     Acts a = make_acts(L, ctx);
     const double wbytes = 2.0 * ((double)QKV * H + (double)H * H + 2.0 * I * H + (double)H * I);
     const double bytes = L * (wbytes + 2.0 * 2 * NH * (double)ctx * D);
     std::printf("ctx %d: %.1f MB a layer (W %.1f, cache %.1f)\n", ctx, bytes / L / 1e6, wbytes / 1e6,
                 (bytes / L - wbytes) / 1e6);
-    all_modes<8, 3, 8192>(m, a, bytes);
-    all_modes<10, 2, 8192>(m, a, bytes);
-    all_modes<12, 2, 8192>(m, a, bytes);
-    all_modes<16, 1, 8192>(m, a, bytes);
-    all_modes<8, 3, 8192>(m, a, bytes);
+    polls<16, 1, 8192>(m, a, bytes);
+    polls<12, 2, 8192>(m, a, bytes);
+    polls<8, 3, 8192>(m, a, bytes);
     CK(cudaFree(m.wqkv)); CK(cudaFree(m.wo)); CK(cudaFree(m.wgu)); CK(cudaFree(m.wd));
     CK(cudaFree(m.kc)); CK(cudaFree(m.vc));
   }
