@@ -11,8 +11,8 @@
 // Checked against naive kernels (2 layers, 256 keys) before the timings.
 // Stand-alone (gpubench's own code); build: nvcc -O3 -std=c++17 -arch=sm_90a -o probe probe.cu
 // Run: ./probe 32 (layers); ./probe 2 1|2: one layer's phases as a chain, for a profiler.
-// This is version 10 of versions/ (9 with a choice of polling): the README of the folder above names
-// what each version ran.
+// This is version 10 (9 with a choice of polling). versions/ leads back to the earlier ones; the
+// README of the folder above names what each version ran.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -492,22 +492,8 @@ __global__ void fill(bf16* p, long n, unsigned seed, float amp) {
     p[i] = __float2bfloat16(amp * ((h & 0xffff) / 32768.f - 1.f));
   }
 }
-__global__ void init_x(float* x, float* sq) {
-  __shared__ float red[32];
-  float s = 0;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = sinf(0.37f * i) + 0.1f;
-    x[i] = v;
-    s += v * v;
-  }
-  s = warp_sum(s);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0;
-    for (int i = 0; i < blockDim.x / 32; ++i) t += red[i];
-    *sq = t;
-  }
+__global__ void init_x(float* x) {
+  for (int i = threadIdx.x; i < H; i += blockDim.x) x[i] = sinf(0.37f * i) + 0.1f;
 }
 __global__ void ref_sumsq(const float* x, int n, float* out) {
   __shared__ float red[32];
@@ -610,7 +596,8 @@ void reset(const Model& m, const Acts& a, cudaStream_t st) {
   CK(cudaMemsetAsync(a.sq, 0, (m.L * NP + 1) * sizeof(float), st));
   CK(cudaMemsetAsync(a.att_cnt, 0, m.L * NH * sizeof(int), st));
   CK(cudaMemsetAsync(a.done, 0, m.L * NP * sizeof(int), st));
-  init_x<<<1, 256, 0, st>>>(a.xs, a.sq);
+  init_x<<<1, 256, 0, st>>>(a.xs);
+  ref_sumsq<<<1, 256, 0, st>>>(a.xs, H, a.sq);
 }
 int g_poll = 0, g_sleep = 20;
 Params params(const Model& m, const Acts& a) {
@@ -644,7 +631,8 @@ void launch(Params P, bool persistent, cudaStream_t st) {
 std::vector<float> reference(const Model& m, const Acts& a) {
   float *y = alloc<float>(2 * I), *sq = alloc<float>(1), *x = alloc<float>(H), *xm = alloc<float>(H),
         *at = alloc<float>(H), *g = alloc<float>(I);
-  init_x<<<1, 256>>>(x, sq);
+  init_x<<<1, 256>>>(x);
+  ref_sumsq<<<1, 256>>>(x, H, sq);
   for (int l = 0; l < m.L; ++l) {
     ref_gemv<<<QKV / 8, 256>>>(m.wqkv + (long)l * QKV * LD1, LD1, H, QKV, x, m.n1 + (long)l * H, sq, y);
     ref_attn<<<NH, D>>>(y, m.kc + (long)l * NH * m.ctx * D, m.vc + (long)l * NH * m.ctx * D, m.ctx, at);
