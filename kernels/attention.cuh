@@ -52,6 +52,12 @@ struct AttentionArgs {
   // The new row, q and everything else are read after the wait. Leave false right after writing
   // the caches' earlier rows on the stream.
   bool cache_ready = false;
+  // Decode only, with merge_launches_next: the split kernel lets the merge kernel, and through
+  // it the next kernel, launch only once each block has 8 steps of its chunk left (at its start
+  // for chunks of at most 8 steps). Long chunks (16 steps at context 8192 for a 7B model) then
+  // have the output GEMV load its first rows in attention's second half rather than beside all
+  // of it.
+  bool delay_next_launch = false;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

@@ -11,7 +11,8 @@
 // first, rotated by RoPE where asked, and every block rotates its queries as it loads them: RoPE
 // and the cache write need no kernel of their own. With AttentionArgs::cache_ready, the blocks
 // whose chunk ends before that position fill their first ring stages before waiting for the
-// previous kernel.
+// previous kernel. With AttentionArgs::delay_next_launch, the blocks of long chunks let the merge
+// kernel (and through it the next kernel) launch part-way through their chunk.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -78,6 +79,7 @@ struct DecodeParams {
   double log2_theta;
   bool merge_launches_next;  // AttentionArgs::merge_launches_next
   bool cache_ready;          // AttentionArgs::cache_ready
+  bool delay_next;           // AttentionArgs::delay_next_launch
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -123,12 +125,23 @@ __device__ __forceinline__ uint4 rope_lane(const uint4& v, int li, const float (
   return pack8<T>(y);
 }
 
+// AttentionArgs::delay_next_launch: the split kernel's blocks let the merge kernel launch once
+// they have this many steps of their chunk left (at their start for shorter chunks).
+constexpr int kLaunchLead = 8;
+
+// Blocks per SM an instance is built for: the single-head instance with a launch lead keeps the
+// 64 registers of the plain one (66 otherwise), so that a fused decode step's output GEMV block,
+// launched beside attention, still fits beside 4 of them.
+constexpr int min_blocks(int hb, int lead) {
+  return lead > 0 && hb == 1 ? 8 : blocks_per_sm(hb);
+}
+
 // Grid: x = (b * kv_heads + g) * hsub + sub (sub: which HB-head slice of the group), y = chunk.
-// Dynamic shared memory: kStageBytes, the cp.async ring, reused for the final merge.
-template <class T, int D, int HB>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
+// Dynamic shared memory: kStageBytes, the cp.async ring, reused for the final merge. LEAD: 0, or
+// kLaunchLead for AttentionArgs::delay_next_launch.
+template <class T, int D, int HB, int LEAD>
+__global__ void __launch_bounds__(kThreads, min_blocks(HB, LEAD))
     decode_split_kernel(const DecodeParams p) {
-  pdl_trigger();  // the merge kernel may launch: it waits for this grid in griddepcontrol.wait
   constexpr int P = D / 8;          // lanes per key: 8 elements (16 bytes) each
   constexpr int GPW = 32 / P;       // lane groups per warp
   constexpr int NG = kWarps * GPW;  // lane groups per block
@@ -148,6 +161,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   const int nh = min(HB, p.group - sub * HB);  // its heads (the rest of HB is padding)
   const int begin = min(p.keys, split * p.chunk), end = min(p.keys, begin + p.chunk);
   const int steps = (end - begin + kStep - 1) / kStep;
+  // The merge kernel may launch (it waits for this grid in griddepcontrol.wait): at once, or
+  // once the block has LEAD steps of its chunk left.
+  if (LEAD == 0 || steps <= LEAD) pdl_trigger();
 
   const std::int64_t cache_row0 = static_cast<std::int64_t>(b) * p.max_context;
   const T* kb = static_cast<const T*>(p.k) + cache_row0 * p.kv_stride + g * D + li * 8;
@@ -266,6 +282,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(HB))
   // Lane group gi takes keys base + u*NG + gi: neighbouring groups read neighbouring rows, and a
   // short last step is spread over all groups. The trip count is the same for every thread.
   for (int it = 0; it < steps; ++it) {
+    if constexpr (LEAD > 0) {
+      if (it == steps - LEAD) pdl_trigger();
+    }
     issue(it + kStages - 1);
     cp_async_wait<kStages - 1>();  // this thread's copies of step `it` have landed
     const uint4* st = ring + (it % kStages) * U * 2 * kThreads + tid;
@@ -513,10 +532,11 @@ void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
                   static_cast<unsigned>(p.splits));
   // The ring wants several blocks' 48 KiB per SM: ask for the largest shared-memory carveout
   // (a host-side attribute of the current device's function, cheap to set on every call).
-  GPB_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<T, D, HB>,
-                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+  auto* kernel = p.delay_next ? decode_split_kernel<T, D, HB, kLaunchLead>
+                              : decode_split_kernel<T, D, HB, 0>;
+  GPB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  launch_pdl(decode_split_kernel<T, D, HB>, grid, kThreads, kStageBytes, stream, p);
+  launch_pdl(kernel, grid, kThreads, kStageBytes, stream, p);
   GPB_CHECK_LAUNCH();
   if (p.splits > 1) {
     // A programmatic dependent launch (pdl.cuh): the merge blocks are launched while the split
@@ -614,6 +634,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.v_new = a.v_new;
   p.merge_launches_next = a.merge_launches_next;
   p.cache_ready = a.cache_ready;
+  p.delay_next = a.merge_launches_next && a.delay_next_launch;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

@@ -159,6 +159,37 @@ TEST(DecodeAttention, GroupShapesAndStrides) {
     }
 }
 
+// With merge_launches_next and delay_next_launch the split kernel lets the merge kernel launch
+// part-way through long chunks (more than 8 steps: 512 keys a chunk at 8192, 1250 at 20000) and
+// at its start for short ones: only the launch moves, so the outputs are the bits of a plain run.
+TEST(DecodeAttention, DelayedNextLaunchGivesTheSameBits) {
+  DeviceGuard guard(kGpu);
+  const int sms = sm_count();
+  int cases = 0;
+  for (AttnDtype dt : {AttnDtype::BF16, AttnDtype::F16})
+    for (const Case& c : {Case{dt, 1, 32, 32, 128, 8192}, Case{dt, 1, 32, 32, 128, 20000},
+                          Case{dt, 1, 32, 32, 64, 8192}, Case{dt, 2, 32, 8, 128, 9000},
+                          Case{dt, 1, 32, 32, 128, 2048}}) {
+      Buffers bufs(c, 8000 + c.keys + c.head_dim);
+      attention_reference(bufs.args, nullptr);
+      const auto want = to_host(bufs.out.get(), bufs.out_elems);
+      for (int splits : {decode_attention_splits(bufs.args, sms), 3}) {
+        bufs.args.merge_launches_next = false;
+        bufs.args.delay_next_launch = false;
+        EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0);
+        const auto plain = to_host(bufs.out.get(), bufs.out_elems);
+        bufs.args.merge_launches_next = true;
+        bufs.args.delay_next_launch = true;
+        EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0);
+        EXPECT_EQ(to_host(bufs.out.get(), bufs.out_elems), plain)
+            << "d " << c.head_dim << " heads " << c.heads << "/" << c.kv_heads << " keys " << c.keys
+            << " splits " << splits;
+        ++cases;
+      }
+    }
+  EXPECT_EQ(cases, 2 * 5 * 2);
+}
+
 // Captured in a CUDA graph (no allocation, no synchronization inside) and replayed twice.
 TEST(DecodeAttention, CapturedInGraph) {
   DeviceGuard guard(kGpu);
