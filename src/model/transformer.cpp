@@ -757,7 +757,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
       // The fused step's output GEMV loads its weights while attention runs (fused_layer).
       a.merge_launches_next = fused_ && out_early();
       a.cache_ready = decode_cache_early(stream);
-      a.delay_next_launch = a.merge_launches_next && out_late_in_attention();
+      a.delay_next_launch = out_late_in_attention();  // used with merge_launches_next only
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

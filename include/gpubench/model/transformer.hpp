@@ -279,8 +279,8 @@ class Transformer {
   // Whether decode attention on `stream` loads the cache's earlier rows before the previous kernel
   // ends (AttentionArgs::cache_ready): while a step is captured, unless GPUBENCH_DECODE_CACHE=late.
   static bool decode_cache_early(cudaStream_t stream);
-  // Whether that output GEMV launches only once attention's long chunks are half done
-  // (AttentionArgs::delay_next_launch), unless GPUBENCH_DECODE_OUT=attention_start.
+  // Whether that output GEMV launches only once attention's blocks have 8 steps of their chunk
+  // left (AttentionArgs::delay_next_launch), unless GPUBENCH_DECODE_OUT=attention_start.
   static bool out_late_in_attention();
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
