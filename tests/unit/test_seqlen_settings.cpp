@@ -8,6 +8,7 @@
 
 #include "../../src/modules/seqlen/seqlen.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;
@@ -204,4 +205,28 @@ TEST(SeqlenAnalysis, KneesExtrapolatedPastTheSweepAndTooFewPoints) {
   EXPECT_FALSE(few.enough_points);
   EXPECT_FALSE(few.attention_passes_gemm.has_value());
   EXPECT_EQ(few.first_skipped, 0);  // a failed point is not a memory knee
+}
+
+// Every point reports the engine's own plan, skipped points included: the same weights, a cache
+// for the prompt and all but the last generated token, growing with the prompt and the batch.
+TEST(SeqlenSettings, PointMemoryPlanIsTheEngines) {
+  const Settings s = resolve_settings(Options{}, false);  // llama-2-7b, outputs up to 200
+  const model::EngineOptions eo = point_engine_options(s, 2, 2048);
+  EXPECT_EQ(eo.max_batch, 2);
+  EXPECT_EQ(eo.max_tokens, 2048);
+  EXPECT_EQ(eo.max_context, 2048 + 199);
+  EXPECT_EQ(eo.layers, 32);
+  const model::EngineMemory engine = model::engine_memory(s.model, eo, gemm_workspace_bytes(9));
+  const model::MemoryPlan plan = point_memory_plan(s, 2, 2048, 9);
+  EXPECT_EQ(plan.weight_bytes, engine.weights);
+  EXPECT_EQ(plan.kv_cache_bytes, engine.kv_cache);
+  EXPECT_EQ(plan.activation_bytes, engine.activations + engine.workspace);
+  EXPECT_EQ(plan.total_bytes, engine.total());
+  const model::MemoryPlan shorter = point_memory_plan(s, 2, 512, 9);
+  const model::MemoryPlan one = point_memory_plan(s, 1, 2048, 9);
+  EXPECT_EQ(shorter.weight_bytes, plan.weight_bytes);
+  EXPECT_LT(shorter.total_bytes, plan.total_bytes);
+  EXPECT_LT(one.total_bytes, plan.total_bytes);
+  // 2 x 32 layers x 2 sequences x 2247 positions x 4096 x 2 bytes (at least: a row pitch may pad)
+  EXPECT_GE(plan.kv_cache_bytes, 2ull * 32 * 2 * 2247 * 4096 * 2);
 }

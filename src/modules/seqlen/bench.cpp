@@ -81,32 +81,23 @@ bool is_out_of_memory(const std::exception& e) {
 
 }  // namespace
 
+int compute_capability_major(int gpu) {
+  int major = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu));
+  return major;
+}
+
 PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t batch,
                        std::int64_t length) {
   PointOutcome o;
   o.batch = batch;
   o.length = length;
   const std::int64_t generate = s.output_lens.back();
-  // The cache holds the prompt and every generated token but the last (it is never fed back).
-  const std::int64_t context = length + std::max<std::int64_t>(generate - 1, 1);
-  model::EngineOptions eo;
-  eo.dtype = s.dtype;
-  eo.layers = s.layers;
-  eo.max_batch = static_cast<int>(batch);
-  eo.max_tokens = static_cast<int>(length);
-  eo.max_context = static_cast<int>(context);
-  eo.attention = s.attention;
-  eo.fuse_small_steps = s.fuse;
+  const model::EngineOptions eo = point_engine_options(s, batch, length);
   DeviceGuard guard(gpu);
   // What the engine will allocate, exactly (model::engine_memory), checked against the free memory
   // before anything is allocated.
-  int cc_major = 0;
-  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, gpu));
-  const model::EngineMemory planned = model::engine_memory(s.model, eo, gemm_workspace_bytes(cc_major));
-  o.plan.weight_bytes = planned.weights;
-  o.plan.kv_cache_bytes = planned.kv_cache;
-  o.plan.activation_bytes = planned.activations + planned.workspace;
-  o.plan.total_bytes = planned.total();
+  o.plan = point_memory_plan(s, batch, length, compute_capability_major(gpu));
   const std::uint64_t free0 = free_bytes(gpu);
   if (const std::string why = model::why_not(o.plan, free0); !why.empty()) {
     o.status = "skipped";

@@ -57,6 +57,17 @@ using gpubench::parse_counts;
 // The model as run: `layers` decoder layers of it (for the cost model and memory plan).
 model::ModelConfig model_as_run(const Settings& s);
 
+// The engine's options for one (batch, prompt length) point: room for the prompt and every
+// generated token but the last (it is never fed back).
+model::EngineOptions point_engine_options(const Settings& s, std::int64_t batch,
+                                          std::int64_t length);
+// What the engine allocates for that point (model::engine_memory on a GPU of compute capability
+// cc_major): the plan every point reports, skipped ones included.
+model::MemoryPlan point_memory_plan(const Settings& s, std::int64_t batch, std::int64_t length,
+                                    int cc_major);
+// The compute capability's major number of `gpu` (for point_memory_plan).
+int compute_capability_major(int gpu);
+
 // The kind an engine operation belongs to in the breakdown: "gemm" (qkv, attn_out, mlp_*,
 // lm_head), "attention", "norm" (input_norm, residual_norm, mlp_residual_norm, qk_norm,
 // final_norm), "rope" (rope_kv_cache: RoPE fused with the cache write), "activation" (mlp_act),

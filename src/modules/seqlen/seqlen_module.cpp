@@ -106,7 +106,7 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
           o.length = len;
           o.status = "skipped";
           o.note = "a shorter prompt of this batch did not fit in GPU memory";
-          o.plan = model::memory_plan(m, batch, len + s.output_lens.back(), elem);
+          o.plan = point_memory_plan(s, batch, len, compute_capability_major(gpu));
         } else {
           spdlog::info("seqlen: {} batch {} prompt {}", s.model.name, batch, len);
           o = run_point(ctx, gpu, s, batch, len);

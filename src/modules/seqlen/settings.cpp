@@ -7,6 +7,7 @@
 #include <map>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "gpubench/core/units.hpp"
 #include "seqlen.hpp"
 
@@ -93,6 +94,32 @@ model::ModelConfig model_as_run(const Settings& s) {
   model::ModelConfig m = s.model;
   m.num_layers = s.layers;
   return m;
+}
+
+model::EngineOptions point_engine_options(const Settings& s, std::int64_t batch,
+                                          std::int64_t length) {
+  const std::int64_t generate = s.output_lens.empty() ? 1 : s.output_lens.back();
+  model::EngineOptions eo;
+  eo.dtype = s.dtype;
+  eo.layers = s.layers;
+  eo.max_batch = static_cast<int>(batch);
+  eo.max_tokens = static_cast<int>(length);
+  eo.max_context = static_cast<int>(length + std::max<std::int64_t>(generate - 1, 1));
+  eo.attention = s.attention;
+  eo.fuse_small_steps = s.fuse;
+  return eo;
+}
+
+model::MemoryPlan point_memory_plan(const Settings& s, std::int64_t batch, std::int64_t length,
+                                    int cc_major) {
+  const model::EngineMemory planned = model::engine_memory(
+      s.model, point_engine_options(s, batch, length), gemm_workspace_bytes(cc_major));
+  model::MemoryPlan plan;
+  plan.weight_bytes = planned.weights;
+  plan.kv_cache_bytes = planned.kv_cache;
+  plan.activation_bytes = planned.activations + planned.workspace;
+  plan.total_bytes = planned.total();
+  return plan;
 }
 
 std::string op_kind(const std::string& op) {
