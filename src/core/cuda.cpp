@@ -145,6 +145,12 @@ double Event::seconds_since(const Event& start) const {
   return static_cast<double>(ms) * 1e-3;
 }
 
+int compute_capability_major(int device) {
+  int major = 0;
+  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
+}
+
 bool stream_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   GPB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "attention.cuh"
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "skinny_gemm.cuh"
@@ -275,9 +276,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
   probe.heads = shard_.heads;
   probe.head_dim = m.head_dim;
   attn_ws_ = alloc(decode_workspace_bytes(probe, 64), &memory_.workspace);
-  int cc_major = 0;
-  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_));
-  workspace_ = alloc(gemm_workspace_bytes(cc_major), &memory_.workspace);
+  workspace_ = alloc(gemm_workspace_bytes(compute_capability_major(device_)), &memory_.workspace);
   setup.synchronize();
 }
 

@@ -36,6 +36,8 @@ void log_cuda_error(cudaError_t err, const char* call, const char* file, int lin
 int visible_device_count() noexcept;
 // Why no GPU is usable ("no NVIDIA driver", "no CUDA device", ...), empty when one is.
 std::string no_gpu_reason();
+// The major number of `device`'s compute capability (9 for Hopper); throws CudaError.
+int compute_capability_major(int device);
 
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {

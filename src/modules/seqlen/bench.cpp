@@ -81,12 +81,6 @@ bool is_out_of_memory(const std::exception& e) {
 
 }  // namespace
 
-int compute_capability_major(int gpu) {
-  int major = 0;
-  GPB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu));
-  return major;
-}
-
 PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t batch,
                        std::int64_t length) {
   PointOutcome o;

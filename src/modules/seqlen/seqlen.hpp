@@ -65,8 +65,6 @@ model::EngineOptions point_engine_options(const Settings& s, std::int64_t batch,
 // cc_major): the plan every point reports, skipped ones included.
 model::MemoryPlan point_memory_plan(const Settings& s, std::int64_t batch, std::int64_t length,
                                     int cc_major);
-// The compute capability's major number of `gpu` (for point_memory_plan).
-int compute_capability_major(int gpu);
 
 // The kind an engine operation belongs to in the breakdown: "gemm" (qkv, attn_out, mlp_*,
 // lm_head), "attention", "norm" (input_norm, residual_norm, mlp_residual_norm, qk_norm,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/cudnn_attention.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"

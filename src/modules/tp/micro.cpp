@@ -89,10 +89,7 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
     cudaStream_t st = self.stream->get();
     Stream side(self.device);  // the overlapped all-reduces
     CublasLtHandle handle;
-    int cc_major = 0;
-    GPB_CUDA_CHECK(
-        cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, self.device));
-    DeviceBuffer workspace(self.device, gemm_workspace_bytes(cc_major));
+    DeviceBuffer workspace(self.device, gemm_workspace_bytes(compute_capability_major(self.device)));
     // Buffers for the largest point: the local X and W, Y, the gathered outputs and (rank 0) the
     // full problem for the check.
     DeviceBuffer x(self.device, static_cast<std::size_t>(max_tokens * S * 2));
