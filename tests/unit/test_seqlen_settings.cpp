@@ -230,3 +230,39 @@ TEST(SeqlenSettings, PointMemoryPlanIsTheEngines) {
   // 2 x 32 layers x 2 sequences x 2247 positions x 4096 x 2 bytes (at least: a row pitch may pad)
   EXPECT_GE(plan.kv_cache_bytes, 2ull * 32 * 2 * 2247 * 4096 * 2);
 }
+
+// Each phase's clocks come from its own measurement's samples of the point's GPU: a power cap
+// seen while prefill was timed is named on prefill, not on the decode step timed at full clocks.
+TEST(SeqlenAnalysis, PhaseClocksNameThePhaseThatThrottled) {
+  auto summary = [](int gpu, int samples, unsigned sm_min, std::uint64_t reasons) {
+    MonitorSummary m;
+    m.available = true;
+    GpuMonitorSummary g;
+    g.gpu = gpu;
+    g.samples = samples;
+    g.sm_clock_min_MHz = sm_min;
+    g.sm_clock_max_MHz = 1980;
+    g.throttle_reasons = reasons;
+    m.gpus.push_back(g);
+    return m;
+  };
+  // 0x4: software power cap; 0x1: GPU idle, which does not lower clocks under load.
+  const PhaseClocks c = phase_clocks(summary(0, 40, 1575, 0x4 | 0x1), summary(0, 60, 1980, 0x1), 0);
+  ASSERT_TRUE(c.prefill_sm_min_MHz.has_value());
+  ASSERT_TRUE(c.decode_sm_min_MHz.has_value());
+  EXPECT_EQ(*c.prefill_sm_min_MHz, 1575u);
+  EXPECT_EQ(*c.decode_sm_min_MHz, 1980u);
+  EXPECT_EQ(c.note, "prefill throttled: sw_power_cap");
+
+  const PhaseClocks both = phase_clocks(summary(1, 5, 1500, 0x4), summary(1, 5, 1600, 0x4), 1);
+  EXPECT_EQ(both.note, "prefill throttled: sw_power_cap; decode throttled: sw_power_cap");
+
+  // Another GPU's samples, or none (NVML missing): no clocks, no note.
+  const PhaseClocks other = phase_clocks(summary(1, 40, 1500, 0x4), summary(1, 40, 1500, 0x4), 0);
+  EXPECT_FALSE(other.prefill_sm_min_MHz.has_value());
+  EXPECT_FALSE(other.decode_sm_min_MHz.has_value());
+  EXPECT_TRUE(other.note.empty());
+  const PhaseClocks none = phase_clocks(MonitorSummary{}, summary(0, 0, 0, 0x4), 0);
+  EXPECT_FALSE(none.decode_sm_min_MHz.has_value());
+  EXPECT_TRUE(none.note.empty());
+}

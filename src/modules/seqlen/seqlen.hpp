@@ -13,6 +13,7 @@
 #include "gpubench/core/units.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/measure.hpp"
+#include "gpubench/core/monitor.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/transformer.hpp"
@@ -132,5 +133,16 @@ Knees find_knees(const std::vector<PointOutcome>& points);
 std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
                              std::int64_t generate, int elem_bytes, std::uint64_t free_bytes,
                              std::int64_t cap);
+
+// The point's SM clocks while its prefill and its decode step were timed, from each
+// measurement's NVML samples of `gpu` (none where NVML gave no samples), and a note naming each
+// phase that ran below its clocks under load, with the reasons ("prefill throttled:
+// sw_power_cap"); empty when neither did. The module's warning says only that the GPU throttled
+// somewhere; a decode figure taken at full clocks after a power-capped prefill says so here.
+struct PhaseClocks {
+  std::optional<unsigned> prefill_sm_min_MHz, decode_sm_min_MHz;
+  std::string note;
+};
+PhaseClocks phase_clocks(const MonitorSummary& prefill, const MonitorSummary& decode, int gpu);
 
 }  // namespace gpubench::seqlen

@@ -113,7 +113,7 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
           o = run_point(ctx, gpu, s, batch, len);
           out_of_memory = o.status == "skipped";
         }
-        record(report, s, m, o, peak, hbm, elem);
+        record(report, s, m, o, peak, hbm, elem, gpu);
         by_batch[batch].push_back(std::move(o));
       }
     }
@@ -166,7 +166,7 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
   }
 
   void record(Report& report, const Settings& s, const model::ModelConfig& m, const PointOutcome& o,
-              const std::optional<double>& peak, double hbm, int elem) {
+              const std::optional<double>& peak, double hbm, int elem, int gpu) {
     CaseResult r;
     r.group = fmt::format("{} {}, {} layers: batch {}", s.model.name, to_string(s.dtype), s.layers,
                           o.batch);
@@ -202,6 +202,11 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
     r.metric("activations", (o.engine.activations + o.engine.workspace) / kGiB, "GiB");
     r.metric("memory_peak", o.measured_bytes / kGiB, "GiB");
     r.metric("check_error", o.check_error, "rel");
+    const PhaseClocks clocks = phase_clocks(o.prefill.monitor, o.decode.monitor, gpu);
+    if (clocks.prefill_sm_min_MHz)
+      r.metric("prefill_sm_clock_min", *clocks.prefill_sm_min_MHz, "MHz");
+    if (clocks.decode_sm_min_MHz) r.metric("decode_sm_clock_min", *clocks.decode_sm_min_MHz, "MHz");
+    if (!clocks.note.empty()) r.note += (r.note.empty() ? "" : "; ") + clocks.note;
     auto ops_json = [](const OpTimes& t) {
       nlohmann::ordered_json j = nlohmann::ordered_json::object();
       for (const auto& [k, v] : t.by_kind_s) j["by_kind_ms"][k] = ms(v);

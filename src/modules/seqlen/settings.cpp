@@ -183,4 +183,22 @@ std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
   return lo * 128;
 }
 
+PhaseClocks phase_clocks(const MonitorSummary& prefill, const MonitorSummary& decode, int gpu) {
+  PhaseClocks c;
+  auto one = [&](const MonitorSummary& m, const char* phase, std::optional<unsigned>& sm_min) {
+    for (const GpuMonitorSummary& g : m.gpus) {
+      if (g.gpu != gpu || g.samples == 0) continue;
+      sm_min = g.sm_clock_min_MHz;
+      if (!g.throttled()) continue;
+      std::string names;
+      for (const auto& n : throttle_reason_names(throttling_reasons(g.throttle_reasons)))
+        names += (names.empty() ? "" : ",") + n;
+      c.note += fmt::format("{}{} throttled: {}", c.note.empty() ? "" : "; ", phase, names);
+    }
+  };
+  one(prefill, "prefill", c.prefill_sm_min_MHz);
+  one(decode, "decode", c.decode_sm_min_MHz);
+  return c;
+}
+
 }  // namespace gpubench::seqlen
