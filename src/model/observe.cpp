@@ -59,17 +59,21 @@ std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDty
   return out;
 }
 
-MeasureOptions engine_step_options(const Context& ctx) {
-  MeasureOptions m = ctx.measure_options();
+MeasureOptions engine_step_options(const CommonOptions& c) {
+  MeasureOptions m = measure_options_from(c);
   m.l2 = L2Policy::Hot;
   if (m.fixed_iters == 0) {
-    m.warmup = 1;
-    m.min_iters = ctx.quick() ? 3 : 5;
-    m.min_time_s = ctx.quick() ? 0.05 : 0.2;
-    m.max_noise = 0.01;
-    m.max_time_s = ctx.quick() ? 1.0 : 3.0;
+    m.min_iters = c.quick ? 3 : 5;
+    m.warmup = c.warmup >= 0 ? c.warmup : 1;
+    m.min_time_s = c.min_time >= 0 ? c.min_time : (c.quick ? 0.05 : 0.2);
+    m.max_noise = c.max_noise >= 0 ? c.max_noise : 0.01;
+    m.max_time_s = c.max_time >= 0 ? c.max_time : (c.quick ? 1.0 : 3.0);
   }
   return m;
+}
+
+MeasureOptions engine_step_options(const Context& ctx) {
+  return engine_step_options(ctx.common());
 }
 
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {

@@ -1,5 +1,5 @@
-// Host side of model/observe.hpp: stored bf16 / fp16 bits to exact doubles, and the relative L2
-// error the engine checks compare logits with.
+// Host side of model/observe.hpp: stored bf16 / fp16 bits to exact doubles, the relative L2
+// error the engine checks compare logits with, and the measurement options of an engine step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,4 +42,40 @@ TEST(RelativeL2, ErrorsAndRefusals) {
   EXPECT_TRUE(std::isinf(relative_l2({1, NAN}, {1, 2})));
   EXPECT_TRUE(std::isinf(relative_l2({1, 2}, {INFINITY, 2})));
   EXPECT_TRUE(std::isinf(relative_l2({1, 2}, {0, 0})));  // nothing to compare against
+}
+
+// An engine step's own defaults (few long iterations) hold only where the run did not choose:
+// --min-time 4 must measure a decode step for 4 s, not the default 0.2.
+TEST(EngineStepOptions, TheRunsChoicesWinOverTheStepDefaults) {
+  CommonOptions c;
+  MeasureOptions d = engine_step_options(c);
+  EXPECT_EQ(d.l2, L2Policy::Hot);
+  EXPECT_EQ(d.fixed_iters, 0);
+  EXPECT_EQ(d.warmup, 1);
+  EXPECT_EQ(d.min_iters, 5);
+  EXPECT_DOUBLE_EQ(d.min_time_s, 0.2);
+  EXPECT_DOUBLE_EQ(d.max_noise, 0.01);
+  EXPECT_DOUBLE_EQ(d.max_time_s, 3.0);
+  c.quick = true;
+  d = engine_step_options(c);
+  EXPECT_EQ(d.min_iters, 3);
+  EXPECT_DOUBLE_EQ(d.min_time_s, 0.05);
+  EXPECT_DOUBLE_EQ(d.max_time_s, 1.0);
+
+  c.l2 = "cold";  // the weights dwarf the L2: never flushed between steps
+  c.warmup = 0;
+  c.min_time = 4;
+  c.max_noise = 0.002;
+  c.max_time = 6;
+  d = engine_step_options(c);
+  EXPECT_EQ(d.l2, L2Policy::Hot);
+  EXPECT_EQ(d.warmup, 0);
+  EXPECT_DOUBLE_EQ(d.min_time_s, 4.0);
+  EXPECT_DOUBLE_EQ(d.max_noise, 0.002);
+  EXPECT_DOUBLE_EQ(d.max_time_s, 6.0);
+
+  c.iters = 7;  // a fixed count: no noise rule, the run's warmup
+  d = engine_step_options(c);
+  EXPECT_EQ(d.fixed_iters, 7);
+  EXPECT_EQ(d.warmup, 0);
 }

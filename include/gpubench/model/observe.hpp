@@ -53,9 +53,12 @@ double half_bits_to_double(std::uint16_t bits, ActDtype dtype);
 std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDtype dtype);
 
 // Measurement of a whole step of the engine (a prefill, or a decode step over all the weights):
-// long iterations, so a few settle (3 in quick mode, else 5, noise 1%); the weights dwarf the L2,
-// so it is never flushed between steps. The run's --iters and friends still apply.
-MeasureOptions engine_step_options(const Context& ctx);
+// long iterations, so a few settle (3 in quick mode, else 5, noise 1%, at least 0.2 s, at most
+// 3 s; 0.05 and 1 s in quick mode); the weights dwarf the L2, so it is never flushed between
+// steps. The run's --iters, --warmup, --min-time, --max-noise and --max-time, where given, win
+// over these defaults.
+MeasureOptions engine_step_options(const CommonOptions& common);
+MeasureOptions engine_step_options(const Context& ctx);  // with ctx.common()
 
 // ||a - b|| / ||b||; infinity when the sizes differ, an entry is not finite or b is all zero.
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b);
