@@ -74,6 +74,13 @@ std::uint64_t throttling_reasons(std::uint64_t mask) {
   return mask & lowering;
 }
 
+std::string throttling_list(std::uint64_t mask, const char* sep) {
+  std::string list;
+  for (const std::string& n : throttle_reason_names(throttling_reasons(mask)))
+    list += (list.empty() ? "" : sep) + n;
+  return list;
+}
+
 bool GpuMonitorSummary::throttled() const {
   return throttling_reasons(throttle_reasons) != 0;
 }

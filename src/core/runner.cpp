@@ -70,11 +70,9 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
     r.monitor = ctx.monitor_summary().to_json();
     for (const auto& g : ctx.monitor_summary().gpus) {
       if (!g.throttled()) continue;
-      std::string names;
-      for (const auto& n : g.throttle_names()) names += (names.empty() ? "" : ", ") + n;
       r.warn(
           fmt::format("GPU {} throttled while measuring ({}): figures may be below what it can do",
-                      g.gpu, names));
+                      g.gpu, throttling_list(g.throttle_reasons, ", ")));
     }
     if (Context::interrupted()) {
       r.warn("interrupted: the report holds the cases finished before Ctrl-C");

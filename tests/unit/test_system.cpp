@@ -140,6 +140,10 @@ TEST(Throttle, OnlyReasonsThatLowerClocksUnderLoadCount) {
   EXPECT_FALSE(g.throttled());
   g.throttle_reasons |= 0x40;
   EXPECT_TRUE(g.throttled());
+  // Named in reports: idle and the other reasons that do not lower clocks are left out.
+  EXPECT_EQ(throttling_list(0x1 | 0x4), "sw_power_cap");
+  EXPECT_EQ(throttling_list(0x1 | 0x2), "");
+  EXPECT_EQ(throttling_list(0x4 | 0x40, ", "), "sw_power_cap, hw_thermal_slowdown");
 }
 
 TEST(MonitorSummary, MergeWidensPerGpu) {

@@ -37,6 +37,8 @@ struct MonitorSummary {
 std::vector<std::string> throttle_reason_names(std::uint64_t mask);
 // The bits of `mask` that mean the GPU ran below its clocks under load.
 std::uint64_t throttling_reasons(std::uint64_t mask);
+// The names of those bits of `mask` joined by `sep` ("sw_power_cap,hw_slowdown"); "" when none.
+std::string throttling_list(std::uint64_t mask, const char* sep = ",");
 
 // Samples in a background thread between start() and stop(). Without NVML it returns an
 // unavailable summary and costs nothing.

@@ -100,10 +100,7 @@ void add_gpu(Report& r, const GpuInfo& g, bool nvml_available) {
   state.params["numa_node"] = or_na(g.numa_node);
   state.params["cpus"] = or_na(g.cpu_affinity);
   if (nvml_available) {
-    const std::uint64_t lowering = throttling_reasons(g.clocks_event_reasons);
-    std::string throttle;
-    for (const std::string& n : throttle_reason_names(lowering))
-      throttle += (throttle.empty() ? "" : ",") + n;
+    const std::string throttle = throttling_list(g.clocks_event_reasons);
     state.params["throttled_by"] = throttle.empty() ? "none" : throttle;
   }
   if (g.ecc_errors_corrected)

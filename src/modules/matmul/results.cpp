@@ -56,11 +56,7 @@ CaseResult to_case_result(const CaseOutcome& o, const std::optional<double>& pea
     if (g.gpu != o.gpu || g.samples == 0) continue;
     r.metric("sm_clock_min", g.sm_clock_min_MHz, "MHz");
     r.metric("power_max", g.power_max_W, "W");
-    if (g.throttled()) {
-      std::string names;
-      for (const auto& n : g.throttle_names()) names += (names.empty() ? "" : ",") + n;
-      r.note = "throttled: " + names;
-    }
+    if (g.throttled()) r.note = "throttled: " + throttling_list(g.throttle_reasons);
   }
   // Per GEMM: an iteration ran `repeats` of them back to back.
   Stats st = o.measurement.stats;

@@ -190,10 +190,8 @@ PhaseClocks phase_clocks(const MonitorSummary& prefill, const MonitorSummary& de
       if (g.gpu != gpu || g.samples == 0) continue;
       sm_min = g.sm_clock_min_MHz;
       if (!g.throttled()) continue;
-      std::string names;
-      for (const auto& n : throttle_reason_names(throttling_reasons(g.throttle_reasons)))
-        names += (names.empty() ? "" : ",") + n;
-      c.note += fmt::format("{}{} throttled: {}", c.note.empty() ? "" : "; ", phase, names);
+      c.note += fmt::format("{}{} throttled: {}", c.note.empty() ? "" : "; ", phase,
+                            throttling_list(g.throttle_reasons));
     }
   };
   one(prefill, "prefill", c.prefill_sm_min_MHz);
