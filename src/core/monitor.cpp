@@ -94,6 +94,12 @@ bool MonitorSummary::throttled() const {
                      [](const GpuMonitorSummary& g) { return g.throttled(); });
 }
 
+const GpuMonitorSummary* MonitorSummary::sampled(int gpu) const {
+  for (const GpuMonitorSummary& g : gpus)
+    if (g.gpu == gpu && g.samples > 0) return &g;
+  return nullptr;
+}
+
 void MonitorSummary::merge(const MonitorSummary& other) {
   available = available || other.available;
   for (const GpuMonitorSummary& o : other.gpus) {

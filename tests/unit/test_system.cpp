@@ -146,6 +146,20 @@ TEST(Throttle, OnlyReasonsThatLowerClocksUnderLoadCount) {
   EXPECT_EQ(throttling_list(0x4 | 0x40, ", "), "sw_power_cap, hw_thermal_slowdown");
 }
 
+TEST(MonitorSummary, SampledFindsAGpuWithSamples) {
+  MonitorSummary m;
+  GpuMonitorSummary a, b;
+  a.gpu = 0;
+  a.samples = 0;  // selected, never sampled
+  b.gpu = 1;
+  b.samples = 3;
+  m.gpus = {a, b};
+  EXPECT_EQ(m.sampled(0), nullptr);
+  ASSERT_NE(m.sampled(1), nullptr);
+  EXPECT_EQ(m.sampled(1)->samples, 3);
+  EXPECT_EQ(m.sampled(2), nullptr);
+}
+
 TEST(MonitorSummary, MergeWidensPerGpu) {
   MonitorSummary a;
   a.available = true;

@@ -29,6 +29,8 @@ struct MonitorSummary {
   bool available = false;  // false when NVML could not be loaded (no samples)
   std::vector<GpuMonitorSummary> gpus;
   bool throttled() const;
+  // `gpu`'s summary, or nullptr when it was not sampled (no NVML, not selected, no samples).
+  const GpuMonitorSummary* sampled(int gpu) const;
   void merge(const MonitorSummary& other);  // widen min/max, OR reasons, add samples
   nlohmann::ordered_json to_json() const;
 };

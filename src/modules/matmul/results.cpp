@@ -52,11 +52,10 @@ CaseResult to_case_result(const CaseOutcome& o, const std::optional<double>& pea
   r.metric("time", o.median_s * 1e6, "us");
   r.metric("vs_first_pick", o.first_pick_gain_pct, "%");
   r.metric("check_error", o.max_error_ratio, "x tol");
-  for (const auto& g : o.measurement.monitor.gpus) {
-    if (g.gpu != o.gpu || g.samples == 0) continue;
-    r.metric("sm_clock_min", g.sm_clock_min_MHz, "MHz");
-    r.metric("power_max", g.power_max_W, "W");
-    if (g.throttled()) r.note = "throttled: " + throttling_list(g.throttle_reasons);
+  if (const GpuMonitorSummary* g = o.measurement.monitor.sampled(o.gpu)) {
+    r.metric("sm_clock_min", g->sm_clock_min_MHz, "MHz");
+    r.metric("power_max", g->power_max_W, "W");
+    if (g->throttled()) r.note = "throttled: " + throttling_list(g->throttle_reasons);
   }
   // Per GEMM: an iteration ran `repeats` of them back to back.
   Stats st = o.measurement.stats;

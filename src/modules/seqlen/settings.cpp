@@ -186,13 +186,12 @@ std::int64_t longest_fitting(const model::ModelConfig& m, std::int64_t batch,
 PhaseClocks phase_clocks(const MonitorSummary& prefill, const MonitorSummary& decode, int gpu) {
   PhaseClocks c;
   auto one = [&](const MonitorSummary& m, const char* phase, std::optional<unsigned>& sm_min) {
-    for (const GpuMonitorSummary& g : m.gpus) {
-      if (g.gpu != gpu || g.samples == 0) continue;
-      sm_min = g.sm_clock_min_MHz;
-      if (!g.throttled()) continue;
+    const GpuMonitorSummary* g = m.sampled(gpu);
+    if (!g) return;
+    sm_min = g->sm_clock_min_MHz;
+    if (g->throttled())
       c.note += fmt::format("{}{} throttled: {}", c.note.empty() ? "" : "; ", phase,
-                            throttling_list(g.throttle_reasons));
-    }
+                            throttling_list(g->throttle_reasons));
   };
   one(prefill, "prefill", c.prefill_sm_min_MHz);
   one(decode, "decode", c.decode_sm_min_MHz);
