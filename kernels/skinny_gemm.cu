@@ -24,8 +24,11 @@
 // in every lane) keeps A and B consistent; the sum over k does not care about the order. Rows
 // past `rows` multiply zeros. The warps' partial sums meet in shared memory.
 //
-// One row with a SkinnyFusion (fused_gemv_kernel): the CUDA-core stream with an RMSNorm prologue
-// and a residual / activation / SwiGLU epilogue, the kernels of a batch-1 decode step.
+// One row with a SkinnyFusion: an RMSNorm prologue and a residual / activation / SwiGLU epilogue,
+// the kernels of a batch-1 decode step. split_gemv_kernel (the default where x fits in its
+// registers: `in` up to 12288, 8192 with the norm) splits `in` over a block's warps and keeps x in
+// registers; fused_gemv_kernel (the rest, and GPUBENCH_FUSED_GEMV=warp) is the CUDA-core stream
+// above with one warp a row (or gate/up pair) and x read through L1.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -455,6 +458,188 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     group(grp, first_step, std::false_type{});
 }
 
+// The block-split fused GEMV (one row of X), the default where x fits in registers: a block's
+// 8 warps split `in` instead of the rows, so that each thread loads its share of x once (after
+// the wait for the previous kernel) and keeps it in registers for every W row of the block, where
+// the warp-per-row kernel above reads all of x from L1 again for every row group (on an H200 that
+// re-reading cost ~0.2 ms of a 7B model's decode step, the arithmetic next to nothing). Thread
+// `tid` of the block holds x's 16-byte pieces tid + 256j (j < KP), and with each W row of the
+// block it multiplies the same pieces of that row: each load instruction of a warp reads 512
+// contiguous bytes, the block 4 KiB. A step takes split_rows(KP) rows (8 KiB of W a warp in
+// flight, as the warp-per-row kernel); the warp sums its lanes' products of the step's rows with
+// one transposing butterfly (lane L ends with row L / (32 / rows)) and puts them in shared
+// memory, and once the block's rows are done its threads add the 8 warps' sums in a fixed order
+// (deterministic) and apply the norm's rstd (x^2 summed the same way), bias and epilogue. Each
+// block takes a contiguous range of row groups (kPair: gate row g with up row g + out/2), ranges
+// differing by at most one group; its first step's W is loaded before the wait with
+// weights_ready.
+constexpr int split_rows(int pieces) {
+  return pieces == 1 ? 16 : pieces == 2 ? 8 : pieces <= 4 ? 4 : 2;
+}
+constexpr int kSplitMaxPieces = 6;       // x's pieces a thread holds (packed: 24 registers)
+constexpr int kSplitMaxNormPieces = 4;   // with the norm, as floats x * nw (32 registers)
+constexpr int kSplitMaxFloatPieces = 3;  // without: unpacked once up to here, else at every use
+
+// One level of transpose_sum: the first n values of v, halved across lanes `off` apart.
+template <int N, int n, int off>
+__device__ __forceinline__ void transpose_level(float (&v)[N], int lane) {
+  if constexpr (n > 1) {
+    const bool hi = (lane & off) != 0;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float send = hi ? v[i] : v[i + n / 2];
+      const float keep = hi ? v[i + n / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
+    transpose_level<N, n / 2, off / 2>(v, lane);
+  }
+}
+
+// The sum over the warp's lanes of v[i] for i = lane / (32 / N) (N a power of two, <= 32): one
+// butterfly that halves the values at each of its first log2(N) levels.
+template <int N>
+__device__ __forceinline__ float transpose_sum(float (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "a power of two up to 32");
+  transpose_level<N, N, 16>(v, lane);
+  float s = v[0];
+#pragma unroll
+  for (int off = 16 / N; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+
+// Dynamic shared memory: float [kVecWarps][cap] (the warps' sums of the block's rows, cap rows
+// each) and [kVecWarps] (their x^2).
+template <class T, int KP, bool kNorm, bool kPair>
+__global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
+    split_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                      T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw,
+                      SkinnyFusion f, int cap) {
+  if (!f.late_dependents) pdl_trigger();
+  static_assert(!kNorm || KP <= kSplitMaxNormPieces, "the norm keeps x * nw as floats");
+  constexpr int RS = split_rows(KP);  // W rows a step
+  constexpr int RW = kPair ? 2 : 1;   // W rows a group
+  constexpr int RG = RS / RW;         // groups a step
+  constexpr bool kFloatX = kNorm || KP <= kSplitMaxFloatPieces;
+  constexpr unsigned kFull = 0xffffffffu;
+  extern __shared__ float part[];  // [kVecWarps][cap], then [kVecWarps]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const std::int64_t pieces = in / 8;
+  const std::int64_t pair = out / 2;  // kPair: rows g and g + pair (SwiGlu: gate and up)
+  const std::int64_t groups = kPair ? pair : out;
+  const std::int64_t g0 = blockIdx.x * groups / gridDim.x;
+  const std::int64_t g1 = (blockIdx.x + 1) * groups / gridDim.x;
+  bool has[KP];  // whether this thread holds piece j
+#pragma unroll
+  for (int j = 0; j < KP; ++j) has[j] = tid + 256 * j < pieces;
+  const T* wt = w + tid * 8;
+
+  // The step's W rows: groups s.., rows past the block's range zeros.
+  auto load_step = [&](std::int64_t s, uint4(&wv)[RS][KP]) {
+#pragma unroll
+    for (int i = 0; i < RS; ++i) {
+      const std::int64_t g = s + i / RW;
+      const bool row = g < g1;
+      const T* wr = wt + (g + (i % RW) * pair) * ldw;
+#pragma unroll
+      for (int j = 0; j < KP; ++j)
+        wv[i][j] = row && has[j] ? load_weight(wr + 2048 * j) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 wv[RS][KP];
+  if (f.weights_ready) load_step(g0, wv);
+  pdl_wait();
+  if (!f.weights_ready) load_step(g0, wv);
+
+  // This thread's pieces of x (times the norm's weight), and of x^2.
+  [[maybe_unused]] float xf[kFloatX ? KP : 1][8];
+  [[maybe_unused]] uint4 xp[kFloatX ? 1 : KP];
+  [[maybe_unused]] float squares = 0;
+  const T* xt = x + tid * 8;
+  const T* nwt = static_cast<const T*>(f.norm_weight) + tid * 8;
+#pragma unroll
+  for (int j = 0; j < KP; ++j) {
+    const uint4 v =
+        has[j] ? __ldg(reinterpret_cast<const uint4*>(xt + 2048 * j)) : make_uint4(0, 0, 0, 0);
+    if constexpr (kFloatX) {
+      unpack8<T>(v, xf[j]);
+      if constexpr (kNorm) {
+        float nf[8];
+        unpack8<T>(
+            has[j] ? __ldg(reinterpret_cast<const uint4*>(nwt + 2048 * j)) : make_uint4(0, 0, 0, 0),
+            nf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          squares = fmaf(xf[j][e], xf[j][e], squares);
+          xf[j][e] *= nf[e];
+        }
+      }
+    } else {
+      xp[j] = v;
+    }
+  }
+  // The residual stream's value of the thread's first group, read now rather than at the end.
+  const bool early_res = f.epilogue == SkinnyEpilogue::Residual && g0 + tid < g1;
+  const float res0 = early_res ? to_float(y[g0 + tid]) : 0.0f;
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) squares += __shfl_xor_sync(kFull, squares, off);
+    if (lane == 0) part[kVecWarps * cap + warp] = squares;
+  }
+
+  for (std::int64_t s = g0;;) {
+    float acc[RS];
+#pragma unroll
+    for (int i = 0; i < RS; ++i) acc[i] = 0;
+#pragma unroll
+    for (int j = 0; j < KP; ++j) {
+      float xj[8];
+      if constexpr (kFloatX) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xj[e] = xf[j][e];
+      } else {
+        unpack8<T>(xp[j], xj);
+      }
+#pragma unroll
+      for (int i = 0; i < RS; ++i) {
+        float wf[8];
+        unpack8<T>(wv[i][j], wf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i] = fmaf(wf[e], xj[e], acc[i]);
+      }
+    }
+    const float v = transpose_sum<RS>(acc, lane);
+    const int i = lane / (32 / RS);  // the step's row this lane holds
+    if (lane % (32 / RS) == 0 && s + i / RW < g1) part[warp * cap + (s - g0) * RW + i] = v;
+    s += RG;
+    if (s >= g1) break;
+    load_step(s, wv);
+  }
+  __syncthreads();
+
+  [[maybe_unused]] float rstd = 0;
+  if constexpr (kNorm) {
+    float sq = 0;
+#pragma unroll
+    for (int i = 0; i < kVecWarps; ++i) sq += part[kVecWarps * cap + i];
+    rstd = rsqrtf(sq / static_cast<float>(in) + f.eps);
+  }
+  for (std::int64_t lg = tid; lg < g1 - g0; lg += kVecThreads) {
+    float acc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+      float sum = 0;
+#pragma unroll
+      for (int i = 0; i < kVecWarps; ++i) sum += part[i * cap + lg * RW + r];
+      if constexpr (kNorm) sum *= rstd;
+      acc[r] = sum;
+    }
+    const std::int64_t grp = g0 + lg;
+    float res = 0;
+    if (f.epilogue == SkinnyEpilogue::Residual) res = lg == tid ? res0 : to_float(y[grp]);
+    finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
+  }
+}
+
 int sm_count() {
   int dev = 0, sms = 0;
   GPB_CUDA_CHECK(cudaGetDevice(&dev));
@@ -478,11 +663,64 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
   GPB_CHECK_LAUNCH();
 }
 
-// GPUBENCH_FUSED_GEMV=narrow: the fused kernel as it was before the balanced grid and the wide
-// steps (every SM's share of blocks, kVecPieces a step), for A/B runs of a decode step.
+// GPUBENCH_FUSED_GEMV=narrow: the warp-per-row kernel as it was before the balanced grid and the
+// wide steps (every SM's share of blocks, kVecPieces a step); =warp: the warp-per-row kernel
+// where the block-split one would run. For A/B runs of a decode step; read at every launch.
 bool fused_gemv_narrow() {
-  static const bool narrow = env_is("GPUBENCH_FUSED_GEMV", "narrow");
-  return narrow;
+  return env_is("GPUBENCH_FUSED_GEMV", "narrow");
+}
+bool fused_gemv_warp() {
+  return fused_gemv_narrow() || env_is("GPUBENCH_FUSED_GEMV", "warp");
+}
+
+template <class T, int KP, bool kNorm, bool kPair>
+void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                         std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
+                         int cap, cudaStream_t stream) {
+  const std::size_t smem = static_cast<std::size_t>(kVecWarps) * (cap + 1) * sizeof(float);
+  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair>, static_cast<unsigned>(blocks), kVecThreads,
+             smem, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+             static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, cap);
+  GPB_CHECK_LAUNCH();
+}
+
+// The block-split kernel for this fused GEMV, when x's pieces fit its registers and the block's
+// sums its default shared memory; false (nothing launched) otherwise.
+template <class T, bool kNorm, bool kPair>
+bool launch_split(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                  std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
+  if (fused_gemv_warp()) return false;
+  const std::int64_t pieces = (in / 8 + kVecThreads - 1) / kVecThreads;  // a thread's share of x
+  if (pieces > (kNorm ? kSplitMaxNormPieces : kSplitMaxPieces)) return false;
+  const int kp = pieces <= 4 ? static_cast<int>(pieces) : 6;
+  const int group_rows = kPair ? 2 : 1;
+  const std::int64_t groups = kPair ? out / 2 : out;
+  const int step_groups = split_rows(kp) / group_rows;
+  const std::int64_t steps = (groups + step_groups - 1) / step_groups;
+  const std::int64_t blocks =
+      std::min<std::int64_t>(steps, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
+  const std::int64_t cap = (groups + blocks - 1) / blocks * group_rows;  // rows of a block
+  if ((cap + 1) * kVecWarps * static_cast<std::int64_t>(sizeof(float)) > 48 * 1024) return false;
+  const int b = static_cast<int>(blocks), c = static_cast<int>(cap);
+  switch (kp) {
+    case 1:
+      launch_split_kernel<T, 1, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+      break;
+    case 2:
+      launch_split_kernel<T, 2, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+      break;
+    case 3:
+      launch_split_kernel<T, 3, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+      break;
+    case 4:
+      launch_split_kernel<T, 4, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+      break;
+    default:
+      if constexpr (!kNorm)
+        launch_split_kernel<T, 6, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+      break;
+  }
+  return true;
 }
 
 template <class T, int RW, bool kNorm>
@@ -516,7 +754,15 @@ template <class T>
 void launch_fused(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                   std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
   const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
-  if (f.epilogue == SkinnyEpilogue::SwiGlu) {
+  const bool swiglu = f.epilogue == SkinnyEpilogue::SwiGlu;
+  if (norm && swiglu && launch_split<T, true, true>(x, w, bias, y, out, in, ldw, f, stream)) return;
+  if (norm && !swiglu && launch_split<T, true, false>(x, w, bias, y, out, in, ldw, f, stream))
+    return;
+  if (!norm && swiglu && launch_split<T, false, true>(x, w, bias, y, out, in, ldw, f, stream))
+    return;
+  if (!norm && !swiglu && launch_split<T, false, false>(x, w, bias, y, out, in, ldw, f, stream))
+    return;
+  if (swiglu) {
     if (norm) return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, ldw, f, stream);
     return launch_fused_kernel<T, 2, false>(x, w, bias, y, out, in, ldw, f, stream);
   }

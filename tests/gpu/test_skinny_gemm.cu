@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -263,41 +264,56 @@ const char* name_of(SkinnyEpilogue e) {
 // Every prologue with every epilogue (none and none: the fused kernel with weights_ready only),
 // bf16 and fp16, with and without bias and weights_ready; shapes with an `in` off the steps, a
 // 7B model's width, more W rows (or gate/up pairs) than the grid has warps, and few long rows.
-// The RMSNorm prologue without an epilogue takes the two-row kernel where `out` is even and the
-// one-row kernel at 37; with 8002 rows the warps take several groups (x^2 summed in the first).
-// Half the cases have W's rows padded (the engine's layout), NaN in the pads.
+// Both kernels: the block-split one (the default) takes `in` up to 256 x 6 pieces of 8 (x's
+// pieces a thread holds: 1, 2, 3, 4 and 6 here; up to 4 with the norm) and the warp-per-row one
+// the rest (16392, and 11008 and 8200 with the norm); GPUBENCH_FUSED_GEMV=warp gives the
+// warp-per-row kernel every shape. In it the RMSNorm prologue without an epilogue takes the
+// two-row kernel where `out` is even and the one-row kernel at 37; with 8002 rows the warps take
+// several groups (x^2 summed in the first). Half the cases have W's rows padded (the engine's
+// layout), NaN in the pads. The warp-per-row pass runs bf16 only (fp16 differs from it in the
+// unpacking alone, which the default pass covers).
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
     std::int64_t out, in;
   };
-  const Shape shapes[] = {{998, 264},  {37, 1032},  {4096, 4096},
-                          {8002, 520}, {30, 11008}, {2500, 8200}};
+  const Shape shapes[] = {{998, 264},   {37, 1032},  {4096, 4096}, {8002, 520}, {30, 11008},
+                          {2500, 8200}, {300, 4104}, {1000, 6152}, {64, 16392}};
   const SkinnyPrologue prologues[] = {SkinnyPrologue::None, SkinnyPrologue::RmsNorm};
   const SkinnyEpilogue epilogues[] = {SkinnyEpilogue::None,     SkinnyEpilogue::Residual,
                                       SkinnyEpilogue::Relu,     SkinnyEpilogue::Gelu,
                                       SkinnyEpilogue::GeluTanh, SkinnyEpilogue::SwiGlu};
   std::uint64_t seed = 100;
   int cases = 0;
-  for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-    for (int rows = 1; rows <= skinny_fusion_max_rows(); ++rows)
-      for (const Shape& s : shapes)
-        for (SkinnyPrologue pro : prologues)
-          for (SkinnyEpilogue epi : epilogues) {
-            const std::int64_t out =
-                epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
-            // Bias and weights_ready alternate so that every combination meets both.
-            ++seed;
-            const std::int64_t ldw = seed % 4 < 2 ? s.in + 128 : 0;
-            const FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0, ldw};
-            EXPECT_EQ(wrong_fused(p, seed), 0)
-                << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out " << out
-                << " in " << s.in << " prologue " << name_of(pro) << " epilogue " << name_of(epi)
-                << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
-                << (ldw ? " pitch " + std::to_string(ldw) : std::string());
-            ++cases;
-          }
-  EXPECT_EQ(cases, 2 * 1 * 6 * 2 * 6);
+  for (const bool warp : {false, true}) {
+    if (warp)
+      setenv("GPUBENCH_FUSED_GEMV", "warp", 1);  // read at every launch
+    else
+      unsetenv("GPUBENCH_FUSED_GEMV");
+    for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
+      for (int rows = 1; rows <= skinny_fusion_max_rows() && !(warp && dt == SkinnyDtype::F16);
+           ++rows)
+        for (const Shape& s : shapes)
+          for (SkinnyPrologue pro : prologues)
+            for (SkinnyEpilogue epi : epilogues) {
+              const std::int64_t out =
+                  epi == SkinnyEpilogue::SwiGlu ? s.out / 2 * 2 : s.out;  // gate and up halves
+              // Bias and weights_ready alternate so that every combination meets both.
+              ++seed;
+              const std::int64_t ldw = seed % 4 < 2 ? s.in + 128 : 0;
+              const FusedProblem p{dt,  rows, out,           s.in, seed % 2 == 0,
+                                   pro, epi,  seed % 3 != 0, ldw};
+              EXPECT_EQ(wrong_fused(p, seed), 0)
+                  << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out "
+                  << out << " in " << s.in << " prologue " << name_of(pro) << " epilogue "
+                  << name_of(epi) << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
+                  << (ldw ? " pitch " + std::to_string(ldw) : std::string())
+                  << (warp ? " warp-per-row" : "");
+              ++cases;
+            }
+  }
+  unsetenv("GPUBENCH_FUSED_GEMV");
+  EXPECT_EQ(cases, (2 + 1) * 1 * 9 * 2 * 6);  // the warp-per-row pass in bf16 only
 }
 
 TEST(SkinnyGemm, FusionArguments) {
