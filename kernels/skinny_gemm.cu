@@ -190,6 +190,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
+// acc + the dot product of 8 packed W values with 8 floats of x, in order.
+template <class T>
+__device__ __forceinline__ float dot_piece(const uint4& w, const float (&x)[8], float acc) {
+  float wf[8];
+  unpack8<T>(w, wf);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc = fmaf(wf[e], x[e], acc);
+  return acc;
+}
+
 // 16 bytes of W, read once: not kept in L1, and the L2 asked for the whole 256-byte segment.
 __device__ __forceinline__ uint4 load_weight(const void* p) {
   uint4 r;
@@ -417,12 +427,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
           }
         }
 #pragma unroll
-        for (int r = 0; r < RW; ++r) {
-          float wf[8];
-          unpack8<T>(wv[r][j], wf);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
-        }
+        for (int r = 0; r < RW; ++r) acc[r] = dot_piece<T>(wv[r][j], xf, acc[r]);
       }
     };
     const T* wr[RW];
@@ -600,12 +605,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
         unpack8<T>(xp[j], xj);
       }
 #pragma unroll
-      for (int i = 0; i < RS; ++i) {
-        float wf[8];
-        unpack8<T>(wv[i][j], wf);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i] = fmaf(wf[e], xj[e], acc[i]);
-      }
+      for (int i = 0; i < RS; ++i) acc[i] = dot_piece<T>(wv[i][j], xj, acc[i]);
     }
     const float v = transpose_sum<RS>(acc, lane);
     const int i = lane / (32 / RS);  // the step's row this lane holds
