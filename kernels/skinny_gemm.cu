@@ -200,6 +200,19 @@ __device__ __forceinline__ float dot_piece(const uint4& w, const float (&x)[8], 
   return acc;
 }
 
+// The RMSNorm prologue on 8 values of x: x^2 added to `squares` (kSquares), then x times the
+// norm's 8 packed weights `nw`.
+template <class T, bool kSquares>
+__device__ __forceinline__ void norm_piece(const uint4& nw, float (&x)[8], float& squares) {
+  float nf[8];
+  unpack8<T>(nw, nf);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if constexpr (kSquares) squares = fmaf(x[e], x[e], squares);
+    x[e] *= nf[e];
+  }
+}
+
 // 16 bytes of W, read once: not kept in L1, and the L2 asked for the whole 256-byte segment.
 __device__ __forceinline__ uint4 load_weight(const void* p) {
   uint4 r;
@@ -415,17 +428,10 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
         unpack8<T>(
             ok ? __ldg(reinterpret_cast<const uint4*>(xl + k0 + 256 * j)) : make_uint4(0, 0, 0, 0),
             xf);
-        if constexpr (kNorm) {
-          float nf[8];
-          unpack8<T>(ok ? __ldg(reinterpret_cast<const uint4*>(nwl + k0 + 256 * j))
-                        : make_uint4(0, 0, 0, 0),
-                     nf);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            if constexpr (kSquares) squares = fmaf(xf[e], xf[e], squares);
-            xf[e] *= nf[e];
-          }
-        }
+        if constexpr (kNorm)
+          norm_piece<T, kSquares>(ok ? __ldg(reinterpret_cast<const uint4*>(nwl + k0 + 256 * j))
+                                     : make_uint4(0, 0, 0, 0),
+                                  xf, squares);
 #pragma unroll
         for (int r = 0; r < RW; ++r) acc[r] = dot_piece<T>(wv[r][j], xf, acc[r]);
       }
@@ -567,17 +573,10 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
         has[j] ? __ldg(reinterpret_cast<const uint4*>(xt + 2048 * j)) : make_uint4(0, 0, 0, 0);
     if constexpr (kFloatX) {
       unpack8<T>(v, xf[j]);
-      if constexpr (kNorm) {
-        float nf[8];
-        unpack8<T>(
+      if constexpr (kNorm)
+        norm_piece<T, true>(
             has[j] ? __ldg(reinterpret_cast<const uint4*>(nwt + 2048 * j)) : make_uint4(0, 0, 0, 0),
-            nf);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          squares = fmaf(xf[j][e], xf[j][e], squares);
-          xf[j][e] *= nf[e];
-        }
-      }
+            xf[j], squares);
     } else {
       xp[j] = v;
     }
