@@ -518,10 +518,11 @@ __device__ __forceinline__ float transpose_sum(float (&v)[N], int lane) {
   return s;
 }
 
-// Dynamic shared memory: float [kVecWarps][cap] (the warps' sums of the block's rows, cap rows
-// each) and [kVecWarps] (their x^2).
-template <class T, int KP, bool kNorm, bool kPair>
-__global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
+// NT threads a block: 256 (two blocks an SM) or 512 (one, SkinnyFusion::wide_block); thread
+// `tid` then holds x's pieces tid + NT j. Dynamic shared memory: float [NT/32][cap] (the warps'
+// sums of the block's rows, cap rows each) and [NT/32] (their x^2).
+template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
+__global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     split_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                       T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw,
                       SkinnyFusion f, int cap) {
@@ -532,7 +533,8 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   constexpr int RG = RS / RW;         // groups a step
   constexpr bool kFloatX = kNorm || KP <= kSplitMaxFloatPieces;
   constexpr unsigned kFull = 0xffffffffu;
-  extern __shared__ float part[];  // [kVecWarps][cap], then [kVecWarps]
+  constexpr int kW = NT / 32;      // warps a block
+  extern __shared__ float part[];  // [kW][cap], then [kW]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const std::int64_t pieces = in / 8;
   const std::int64_t pair = out / 2;  // kPair: rows g and g + pair (SwiGlu: gate and up)
@@ -541,7 +543,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   const std::int64_t g1 = (blockIdx.x + 1) * groups / gridDim.x;
   bool has[KP];  // whether this thread holds piece j
 #pragma unroll
-  for (int j = 0; j < KP; ++j) has[j] = tid + 256 * j < pieces;
+  for (int j = 0; j < KP; ++j) has[j] = tid + NT * j < pieces;
   const T* wt = w + tid * 8;
 
   // The step's W rows: groups s.., rows past the block's range zeros.
@@ -553,7 +555,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
       const T* wr = wt + (g + (i % RW) * pair) * ldw;
 #pragma unroll
       for (int j = 0; j < KP; ++j)
-        wv[i][j] = row && has[j] ? load_weight(wr + 2048 * j) : make_uint4(0, 0, 0, 0);
+        wv[i][j] = row && has[j] ? load_weight(wr + NT * 8 * j) : make_uint4(0, 0, 0, 0);
     }
   };
   uint4 wv[RS][KP];
@@ -570,13 +572,13 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
 #pragma unroll
   for (int j = 0; j < KP; ++j) {
     const uint4 v =
-        has[j] ? __ldg(reinterpret_cast<const uint4*>(xt + 2048 * j)) : make_uint4(0, 0, 0, 0);
+        has[j] ? __ldg(reinterpret_cast<const uint4*>(xt + NT * 8 * j)) : make_uint4(0, 0, 0, 0);
     if constexpr (kFloatX) {
       unpack8<T>(v, xf[j]);
       if constexpr (kNorm)
-        norm_piece<T, true>(
-            has[j] ? __ldg(reinterpret_cast<const uint4*>(nwt + 2048 * j)) : make_uint4(0, 0, 0, 0),
-            xf[j], squares);
+        norm_piece<T, true>(has[j] ? __ldg(reinterpret_cast<const uint4*>(nwt + NT * 8 * j))
+                                   : make_uint4(0, 0, 0, 0),
+                            xf[j], squares);
     } else {
       xp[j] = v;
     }
@@ -587,7 +589,7 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   if constexpr (kNorm) {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) squares += __shfl_xor_sync(kFull, squares, off);
-    if (lane == 0) part[kVecWarps * cap + warp] = squares;
+    if (lane == 0) part[kW * cap + warp] = squares;
   }
 
   for (std::int64_t s = g0;;) {
@@ -619,16 +621,16 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
   if constexpr (kNorm) {
     float sq = 0;
 #pragma unroll
-    for (int i = 0; i < kVecWarps; ++i) sq += part[kVecWarps * cap + i];
+    for (int i = 0; i < kW; ++i) sq += part[kW * cap + i];
     rstd = rsqrtf(sq / static_cast<float>(in) + f.eps);
   }
-  for (std::int64_t lg = tid; lg < g1 - g0; lg += kVecThreads) {
+  for (std::int64_t lg = tid; lg < g1 - g0; lg += NT) {
     float acc[RW];
 #pragma unroll
     for (int r = 0; r < RW; ++r) {
       float sum = 0;
 #pragma unroll
-      for (int i = 0; i < kVecWarps; ++i) sum += part[i * cap + lg * RW + r];
+      for (int i = 0; i < kW; ++i) sum += part[i * cap + lg * RW + r];
       if constexpr (kNorm) sum *= rstd;
       acc[r] = sum;
     }
@@ -672,15 +674,35 @@ bool fused_gemv_warp() {
   return fused_gemv_narrow() || env_is("GPUBENCH_FUSED_GEMV", "warp");
 }
 
-template <class T, int KP, bool kNorm, bool kPair>
+template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
 void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                          std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
                          int cap, cudaStream_t stream) {
-  const std::size_t smem = static_cast<std::size_t>(kVecWarps) * (cap + 1) * sizeof(float);
-  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair>, static_cast<unsigned>(blocks), kVecThreads,
-             smem, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+  const std::size_t smem = static_cast<std::size_t>(NT / 32) * (cap + 1) * sizeof(float);
+  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT>, static_cast<unsigned>(blocks), NT, smem,
+             stream, static_cast<const T*>(x), static_cast<const T*>(w),
              static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, cap);
   GPB_CHECK_LAUNCH();
+}
+
+// SkinnyFusion::wide_block's grid: one block an SM, fewer where the rows are fewer than that
+// many steps.
+std::int64_t wide_blocks(std::int64_t groups, int pieces, bool pair) {
+  const int step_groups = split_rows(pieces) / (pair ? 2 : 1);
+  return std::min<std::int64_t>((groups + step_groups - 1) / step_groups, sm_count());
+}
+
+// Whether a one-row fused GEMV with SkinnyFusion::wide_block takes the 512-thread kernel: x's
+// pieces at most 3 a thread, the block's sums in its default shared memory.
+bool wide_block_applies(std::int64_t out, std::int64_t in, bool norm, bool pair) {
+  if (fused_gemv_warp() || out < 1) return false;
+  const std::int64_t pieces = (in / 8 + 511) / 512;
+  if (pieces > 3 || (norm && pieces > kSplitMaxNormPieces)) return false;
+  const std::int64_t groups = pair ? out / 2 : out;
+  if (groups < 1) return false;
+  const std::int64_t blocks = wide_blocks(groups, static_cast<int>(pieces), pair);
+  const std::int64_t cap = (groups + blocks - 1) / blocks * (pair ? 2 : 1);
+  return (cap + 1) * 16 * static_cast<std::int64_t>(sizeof(float)) <= 48 * 1024;
 }
 
 // The block-split kernel for this fused GEMV, when x's pieces fit its registers and the block's
@@ -689,6 +711,21 @@ template <class T, bool kNorm, bool kPair>
 bool launch_split(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                   std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
   if (fused_gemv_warp()) return false;
+  // SkinnyFusion::wide_block: one block of 512 threads an SM, the same kernel with NT = 512.
+  if (f.wide_block && wide_block_applies(out, in, kNorm, kPair)) {
+    const int wkp = static_cast<int>((in / 8 + 511) / 512);
+    const std::int64_t groups = kPair ? out / 2 : out;
+    const std::int64_t blocks = wide_blocks(groups, wkp, kPair);
+    const int b = static_cast<int>(blocks);
+    const int c = static_cast<int>((groups + blocks - 1) / blocks * (kPair ? 2 : 1));
+    if (wkp == 1)
+      launch_split_kernel<T, 1, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+    else if (wkp == 2)
+      launch_split_kernel<T, 2, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+    else
+      launch_split_kernel<T, 3, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
+    return true;
+  }
   const std::int64_t pieces = (in / 8 + kVecThreads - 1) / kVecThreads;  // a thread's share of x
   if (pieces > (kNorm ? kSplitMaxNormPieces : kSplitMaxPieces)) return false;
   const int kp = pieces <= 4 ? static_cast<int>(pieces) : 6;
@@ -848,6 +885,12 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
     if (fused) return launch_fused<__half>(x, w, bias, y, out, in, ldw, fusion, stream);
     launch<__half>(x, w, bias, y, rows, out, in, ldw, stream);
   }
+}
+
+bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f) {
+  return rows == 1 && rows <= skinny_fusion_max_rows() && skinny_gemm_supported(rows, in) &&
+         wide_block_applies(out, in, f.prologue == SkinnyPrologue::RmsNorm,
+                            f.epilogue == SkinnyEpilogue::SwiGlu);
 }
 
 }  // namespace gpubench

@@ -57,7 +57,17 @@ struct SkinnyFusion {
   // griddepcontrol.launch_dependents): for the decode step's output GEMV, which itself launches
   // beside attention, so that the gate|up GEMV's blocks do not wait beside it (measured faster).
   bool late_dependents = false;
+  // With one row of X: the block-split kernel on one block of 512 threads an SM (16 warps
+  // splitting `in`, up to 3 pieces of x a thread: `in` <= 12288), where the 256-thread blocks
+  // would run two an SM. Such a block takes all of an SM's registers, so it starts only on an SM
+  // that no other kernel's block holds, and no block of a later kernel starts beside it. The
+  // decode step's qkv GEMV uses it; shapes past those limits take the usual kernels.
+  bool wide_block = false;
 };
+
+// Whether skinny_gemm with `rows` rows and fusion f (wide_block set or not) would run
+// SkinnyFusion::wide_block's 512-thread kernel.
+bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f);
 
 // Most rows a fused call takes.
 constexpr int skinny_fusion_max_rows() {

@@ -662,7 +662,14 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   const Layer& L = *layer_[static_cast<std::size_t>(l)];
   const std::int64_t H = m.hidden_size, Q = shard_.q_dim, I = shard_.intermediate;
   const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
-  const SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
+  // A decode step's qkv GEMV runs one 512-thread block an SM (SkinnyFusion::wide_block): a block
+  // starts only on an SM that the down GEMV has left entirely, and attention's blocks start on an
+  // SM only once its qkv block has ended (on an H200 0.8-1.0% faster at context 2048, level at
+  // 512).
+  // GPUBENCH_DECODE_WIDE=0 asks for two 256-thread blocks an SM (A/B runs).
+  static const bool narrow_qkv = env_is("GPUBENCH_DECODE_WIDE", "0");
+  SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
+  in_norm.wide_block = decode && !narrow_qkv;
   linear("qkv", l, x_.get(), L.qkv_w, pitch(H), L.qkv_b, qkv_.get(), r.rows, W, H, stream,
          &in_norm);
   // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).

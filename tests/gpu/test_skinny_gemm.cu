@@ -126,6 +126,7 @@ struct FusedProblem {
   SkinnyEpilogue epilogue;
   bool weights_ready;
   std::int64_t ldw = 0;  // W's row pitch (0: packed)
+  bool wide = false;     // SkinnyFusion::wide_block
 };
 
 double silu_host(double v) {
@@ -170,6 +171,7 @@ int wrong_fused(const FusedProblem& p, std::uint64_t seed) {
   f.eps = 1e-5f;
   f.epilogue = p.epilogue;
   f.weights_ready = p.weights_ready;
+  f.wide_block = p.wide;
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   Stream stream(kGpu);  // a real stream: programmatic dependent launch applies
   skinny_gemm(dx.get(), dw.get(), p.bias ? db.get() : nullptr, dy.get(), p.rows, p.out, p.in,
@@ -270,8 +272,10 @@ const char* name_of(SkinnyEpilogue e) {
 // warp-per-row kernel every shape. In it the RMSNorm prologue without an epilogue takes the
 // two-row kernel where `out` is even and the one-row kernel at 37; with 8002 rows the warps take
 // several groups (x^2 summed in the first). Half the cases have W's rows padded (the engine's
-// layout), NaN in the pads. The warp-per-row pass runs bf16 only (fp16 differs from it in the
-// unpacking alone, which the default pass covers).
+// layout), NaN in the pads. A pass with SkinnyFusion::wide_block runs the block-split kernel on
+// 512-thread blocks (x's pieces 1, 2 and 3 a thread here; 16392 falls back). The wide and
+// warp-per-row passes run bf16 only (fp16 differs in the unpacking alone, which the default pass
+// covers).
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
@@ -285,13 +289,19 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
                                       SkinnyEpilogue::GeluTanh, SkinnyEpilogue::SwiGlu};
   std::uint64_t seed = 100;
   int cases = 0;
-  for (const bool warp : {false, true}) {
+  // Passes: the default kernels (fp16 and bf16), then in bf16 SkinnyFusion::wide_block (512-thread
+  // blocks where x's pieces are 1-3 a thread: every shape but the last) and the warp-per-row
+  // kernel.
+  enum class Pass { Default, Wide, Warp };
+  for (const Pass pass : {Pass::Default, Pass::Wide, Pass::Warp}) {
+    const bool warp = pass == Pass::Warp;
     if (warp)
       setenv("GPUBENCH_FUSED_GEMV", "warp", 1);  // read at every launch
     else
       unsetenv("GPUBENCH_FUSED_GEMV");
     for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
-      for (int rows = 1; rows <= skinny_fusion_max_rows() && !(warp && dt == SkinnyDtype::F16);
+      for (int rows = 1;
+           rows <= skinny_fusion_max_rows() && !(pass != Pass::Default && dt == SkinnyDtype::F16);
            ++rows)
         for (const Shape& s : shapes)
           for (SkinnyPrologue pro : prologues)
@@ -301,19 +311,28 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
               // Bias and weights_ready alternate so that every combination meets both.
               ++seed;
               const std::int64_t ldw = seed % 4 < 2 ? s.in + 128 : 0;
-              const FusedProblem p{dt,  rows, out,           s.in, seed % 2 == 0,
-                                   pro, epi,  seed % 3 != 0, ldw};
+              FusedProblem p{dt, rows, out, s.in, seed % 2 == 0, pro, epi, seed % 3 != 0, ldw};
+              p.wide = pass == Pass::Wide;
+              if (p.wide) {
+                SkinnyFusion f;
+                f.prologue = pro;
+                f.epilogue = epi;
+                EXPECT_EQ(skinny_wide_block_applies(rows, out, s.in, f), s.in <= 12288)
+                    << "out " << out << " in " << s.in;
+              }
               EXPECT_EQ(wrong_fused(p, seed), 0)
                   << (dt == SkinnyDtype::BF16 ? "bf16" : "fp16") << " rows " << rows << " out "
                   << out << " in " << s.in << " prologue " << name_of(pro) << " epilogue "
                   << name_of(epi) << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
                   << (ldw ? " pitch " + std::to_string(ldw) : std::string())
-                  << (warp ? " warp-per-row" : "");
+                  << (warp     ? " warp-per-row"
+                      : p.wide ? " wide"
+                               : "");
               ++cases;
             }
   }
   unsetenv("GPUBENCH_FUSED_GEMV");
-  EXPECT_EQ(cases, (2 + 1) * 1 * 9 * 2 * 6);  // the warp-per-row pass in bf16 only
+  EXPECT_EQ(cases, (2 + 1 + 1) * 1 * 9 * 2 * 6);  // the wide and warp-per-row passes in bf16 only
 }
 
 TEST(SkinnyGemm, FusionArguments) {
