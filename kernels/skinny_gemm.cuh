@@ -65,8 +65,8 @@ struct SkinnyFusion {
   bool wide_block = false;
 };
 
-// Whether skinny_gemm with `rows` rows and fusion f (wide_block set or not) would run
-// SkinnyFusion::wide_block's 512-thread kernel.
+// Whether a fused skinny_gemm call (one row, and a prologue, an epilogue or weights_ready: the
+// calls that take the fused kernels) with f.wide_block set would run the 512-thread kernel.
 bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f);
 
 // Most rows a fused call takes.

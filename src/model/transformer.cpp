@@ -664,8 +664,8 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
   // A decode step's qkv GEMV runs one 512-thread block an SM (SkinnyFusion::wide_block): a block
   // starts only on an SM that the down GEMV has left entirely, and attention's blocks start on an
-  // SM only once its qkv block has ended (on an H200 0.8-1.0% faster at context 2048, level at
-  // 512).
+  // SM only once its qkv block has ended (on an H200 0.8% faster at context 2048, 0.4% at 8192,
+  // level at 512).
   // GPUBENCH_DECODE_WIDE=0 asks for two 256-thread blocks an SM (A/B runs).
   static const bool narrow_qkv = env_is("GPUBENCH_DECODE_WIDE", "0");
   SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
