@@ -685,60 +685,67 @@ void launch_split_kernel(const void* x, const void* w, const void* bias, void* y
   GPB_CHECK_LAUNCH();
 }
 
-// SkinnyFusion::wide_block's grid: one block an SM, fewer where the rows are fewer than that
-// many steps.
-std::int64_t wide_blocks(std::int64_t groups, int pieces, bool pair) {
-  const int step_groups = split_rows(pieces) / (pair ? 2 : 1);
-  return std::min<std::int64_t>((groups + step_groups - 1) / step_groups, sm_count());
-}
-
-// Whether a one-row fused GEMV with SkinnyFusion::wide_block takes the 512-thread kernel: x's
-// pieces at most 3 a thread, the block's sums in its default shared memory.
-bool wide_block_applies(std::int64_t out, std::int64_t in, bool norm, bool pair) {
-  if (fused_gemv_warp() || out < 1) return false;
-  const std::int64_t pieces = (in / 8 + 511) / 512;
-  if (pieces > 3 || (norm && pieces > kSplitMaxNormPieces)) return false;
+// The block-split kernel's launch for one fused GEMV: x's pieces a thread (KP), blocks and rows a
+// block (cap). blocks 0: the kernel does not take it (x's pieces past max_pieces, or the block's
+// sums past its default shared memory).
+struct SplitGrid {
+  int kp = 0, blocks = 0, cap = 0;
+};
+SplitGrid split_grid(std::int64_t out, std::int64_t in, bool pair, int threads, int blocks_per_sm,
+                     int max_pieces) {
+  const std::int64_t pieces = (in / 8 + threads - 1) / threads;  // a thread's share of x
   const std::int64_t groups = pair ? out / 2 : out;
-  if (groups < 1) return false;
-  const std::int64_t blocks = wide_blocks(groups, static_cast<int>(pieces), pair);
-  const std::int64_t cap = (groups + blocks - 1) / blocks * (pair ? 2 : 1);
-  return (cap + 1) * 16 * static_cast<std::int64_t>(sizeof(float)) <= 48 * 1024;
+  if (pieces > max_pieces || groups < 1) return {};
+  const int kp = pieces <= 4 ? static_cast<int>(pieces) : 6;
+  const int group_rows = pair ? 2 : 1;
+  const int step_groups = split_rows(kp) / group_rows;
+  const std::int64_t steps = (groups + step_groups - 1) / step_groups;
+  const std::int64_t blocks =
+      std::min<std::int64_t>(steps, static_cast<std::int64_t>(sm_count()) * blocks_per_sm);
+  const std::int64_t cap = (groups + blocks - 1) / blocks * group_rows;  // rows of a block
+  if ((cap + 1) * (threads / 32) * static_cast<std::int64_t>(sizeof(float)) > 48 * 1024) return {};
+  return {kp, static_cast<int>(blocks), static_cast<int>(cap)};
 }
 
-// The block-split kernel for this fused GEMV, when x's pieces fit its registers and the block's
-// sums its default shared memory; false (nothing launched) otherwise.
+// SkinnyFusion::wide_block: one block of 512 threads an SM, x's pieces at most 3 a thread.
+constexpr int kWideThreads = 512;
+constexpr int kWideMaxPieces = 3;
+SplitGrid wide_grid(std::int64_t out, std::int64_t in, bool pair) {
+  return split_grid(out, in, pair, kWideThreads, 1, kWideMaxPieces);
+}
+
+// The block-split kernel for this fused GEMV (on 512-thread blocks with f.wide_block where they
+// apply), when x's pieces fit its registers and the block's sums its default shared memory;
+// false (nothing launched) otherwise.
 template <class T, bool kNorm, bool kPair>
 bool launch_split(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                   std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
   if (fused_gemv_warp()) return false;
-  // SkinnyFusion::wide_block: one block of 512 threads an SM, the same kernel with NT = 512.
-  if (f.wide_block && wide_block_applies(out, in, kNorm, kPair)) {
-    const int wkp = static_cast<int>((in / 8 + 511) / 512);
-    const std::int64_t groups = kPair ? out / 2 : out;
-    const std::int64_t blocks = wide_blocks(groups, wkp, kPair);
-    const int b = static_cast<int>(blocks);
-    const int c = static_cast<int>((groups + blocks - 1) / blocks * (kPair ? 2 : 1));
-    if (wkp == 1)
-      launch_split_kernel<T, 1, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
-    else if (wkp == 2)
-      launch_split_kernel<T, 2, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
-    else
-      launch_split_kernel<T, 3, kNorm, kPair, 512>(x, w, bias, y, out, in, ldw, f, b, c, stream);
-    return true;
+  if (f.wide_block) {
+    const SplitGrid g = wide_grid(out, in, kPair);
+    const int b = g.blocks, c = g.cap;
+    switch (g.kp) {
+      case 1:
+        launch_split_kernel<T, 1, kNorm, kPair, kWideThreads>(x, w, bias, y, out, in, ldw, f, b, c,
+                                                              stream);
+        return true;
+      case 2:
+        launch_split_kernel<T, 2, kNorm, kPair, kWideThreads>(x, w, bias, y, out, in, ldw, f, b, c,
+                                                              stream);
+        return true;
+      case 3:
+        launch_split_kernel<T, 3, kNorm, kPair, kWideThreads>(x, w, bias, y, out, in, ldw, f, b, c,
+                                                              stream);
+        return true;
+      default:
+        break;  // not taken: the 256-thread blocks below
+    }
   }
-  const std::int64_t pieces = (in / 8 + kVecThreads - 1) / kVecThreads;  // a thread's share of x
-  if (pieces > (kNorm ? kSplitMaxNormPieces : kSplitMaxPieces)) return false;
-  const int kp = pieces <= 4 ? static_cast<int>(pieces) : 6;
-  const int group_rows = kPair ? 2 : 1;
-  const std::int64_t groups = kPair ? out / 2 : out;
-  const int step_groups = split_rows(kp) / group_rows;
-  const std::int64_t steps = (groups + step_groups - 1) / step_groups;
-  const std::int64_t blocks =
-      std::min<std::int64_t>(steps, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
-  const std::int64_t cap = (groups + blocks - 1) / blocks * group_rows;  // rows of a block
-  if ((cap + 1) * kVecWarps * static_cast<std::int64_t>(sizeof(float)) > 48 * 1024) return false;
-  const int b = static_cast<int>(blocks), c = static_cast<int>(cap);
-  switch (kp) {
+  const SplitGrid g = split_grid(out, in, kPair, kVecThreads, kFusedBlocksPerSm,
+                                 kNorm ? kSplitMaxNormPieces : kSplitMaxPieces);
+  if (g.blocks == 0) return false;
+  const int b = g.blocks, c = g.cap;
+  switch (g.kp) {
     case 1:
       launch_split_kernel<T, 1, kNorm, kPair>(x, w, bias, y, out, in, ldw, f, b, c, stream);
       break;
@@ -888,9 +895,8 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
 }
 
 bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f) {
-  return rows == 1 && rows <= skinny_fusion_max_rows() && skinny_gemm_supported(rows, in) &&
-         wide_block_applies(out, in, f.prologue == SkinnyPrologue::RmsNorm,
-                            f.epilogue == SkinnyEpilogue::SwiGlu);
+  return rows == 1 && skinny_gemm_supported(rows, in) && !fused_gemv_warp() &&
+         wide_grid(out, in, f.epilogue == SkinnyEpilogue::SwiGlu).blocks > 0;
 }
 
 }  // namespace gpubench
