@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -518,14 +519,31 @@ __device__ __forceinline__ float transpose_sum(float (&v)[N], int lane) {
   return s;
 }
 
+// SkinnyFusion::shared_tail (kTail): block b takes steps b * own .. (b + 1) * own - 1 of the
+// GEMV's `steps` (a step: a warp's split_rows() rows), then steps from the pool of the rest
+// (pool0..), one at a time through an atomic counter, up to `most`: SMs that stream faster take
+// more of the tail. ctr[0] is the pool's counter, ctr[1] counts the blocks done; the last block
+// sets both back to 0.
+struct SplitTail {
+  unsigned* ctr = nullptr;
+  int own = 0, most = 0;
+  std::int64_t pool0 = 0, steps = 0;
+};
+__device__ __forceinline__ unsigned grab(unsigned* ctr) {
+  unsigned v;
+  asm volatile("atom.global.add.u32 %0, [%1], 1;" : "=r"(v) : "l"(ctr) : "memory");
+  return v;
+}
+
 // NT threads a block: 256 (two blocks an SM) or 512 (one, SkinnyFusion::wide_block); thread
 // `tid` then holds x's pieces tid + NT j. Dynamic shared memory: float [NT/32][cap] (the warps'
-// sums of the block's rows, cap rows each) and [NT/32] (their x^2).
-template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
+// sums of the block's rows, cap rows each) and [NT/32] (their x^2); with kTail then int [most]
+// (the pool steps taken).
+template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads, bool kTail = false>
 __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     split_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                       T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw,
-                      SkinnyFusion f, int cap) {
+                      SkinnyFusion f, int cap, SplitTail d) {
   if (!f.late_dependents) pdl_trigger();
   static_assert(!kNorm || KP <= kSplitMaxNormPieces, "the norm keeps x * nw as floats");
   constexpr int RS = split_rows(KP);  // W rows a step
@@ -539,19 +557,32 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
   const std::int64_t pieces = in / 8;
   const std::int64_t pair = out / 2;  // kPair: rows g and g + pair (SwiGlu: gate and up)
   const std::int64_t groups = kPair ? pair : out;
-  const std::int64_t g0 = blockIdx.x * groups / gridDim.x;
-  const std::int64_t g1 = (blockIdx.x + 1) * groups / gridDim.x;
+  std::int64_t g0 = blockIdx.x * groups / gridDim.x;
+  std::int64_t g1 = (blockIdx.x + 1) * groups / gridDim.x;
+  // kTail: the block's pool steps in the order taken, -1 while thread 0's grab is on its way
+  // (the counter is this kernel's alone: taken before the wait).
+  [[maybe_unused]] volatile int* tasks = nullptr;
+  if constexpr (kTail) {
+    g0 = static_cast<std::int64_t>(blockIdx.x) * d.own * RG;
+    g1 = std::min<std::int64_t>(g0 + static_cast<std::int64_t>(d.own) * RG, groups);
+    tasks = reinterpret_cast<volatile int*>(part + kW * (cap + 1));
+    if (tid == 0) {
+      tasks[0] = static_cast<int>(d.pool0 + grab(d.ctr));
+      for (int k = 1; k < d.most; ++k) tasks[k] = -1;
+    }
+    __syncthreads();
+  }
   bool has[KP];  // whether this thread holds piece j
 #pragma unroll
   for (int j = 0; j < KP; ++j) has[j] = tid + NT * j < pieces;
   const T* wt = w + tid * 8;
 
   // The step's W rows: groups s.., rows past the block's range zeros.
-  auto load_step = [&](std::int64_t s, uint4(&wv)[RS][KP]) {
+  auto load_step = [&](std::int64_t s, uint4(&wv)[RS][KP], std::int64_t bound) {
 #pragma unroll
     for (int i = 0; i < RS; ++i) {
       const std::int64_t g = s + i / RW;
-      const bool row = g < g1;
+      const bool row = g < bound;
       const T* wr = wt + (g + (i % RW) * pair) * ldw;
 #pragma unroll
       for (int j = 0; j < KP; ++j)
@@ -559,9 +590,9 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     }
   };
   uint4 wv[RS][KP];
-  if (f.weights_ready) load_step(g0, wv);
+  if (f.weights_ready) load_step(g0, wv, g1);
   pdl_wait();
-  if (!f.weights_ready) load_step(g0, wv);
+  if (!f.weights_ready) load_step(g0, wv, g1);
 
   // This thread's pieces of x (times the norm's weight), and of x^2.
   [[maybe_unused]] float xf[kFloatX ? KP : 1][8];
@@ -592,7 +623,9 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     if (lane == 0) part[kW * cap + warp] = squares;
   }
 
-  for (std::int64_t s = g0;;) {
+  // The products of the step in wv: the warp's sum of each of its RS rows, lane i * (32 / RS)
+  // holding row i.
+  auto products = [&]() {
     float acc[RS];
 #pragma unroll
     for (int i = 0; i < RS; ++i) acc[i] = 0;
@@ -608,12 +641,34 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
 #pragma unroll
       for (int i = 0; i < RS; ++i) acc[i] = dot_piece<T>(wv[i][j], xj, acc[i]);
     }
-    const float v = transpose_sum<RS>(acc, lane);
+    return transpose_sum<RS>(acc, lane);
+  };
+  for (std::int64_t s = g0; s < g1;) {
+    const float v = products();
     const int i = lane / (32 / RS);  // the step's row this lane holds
     if (lane % (32 / RS) == 0 && s + i / RW < g1) part[warp * cap + (s - g0) * RW + i] = v;
     s += RG;
     if (s >= g1) break;
-    load_step(s, wv);
+    load_step(s, wv, g1);
+  }
+  // kTail: pool steps, every warp the same ones (their rows' sums after the block's own). Thread
+  // 0 asks for the next step as its warp starts one and publishes it after the products, so the
+  // counter's round trip is not waited for.
+  [[maybe_unused]] int taken = 0;
+  if constexpr (kTail) {
+    const int own_rows = static_cast<int>((g1 - g0) * RW);
+    for (; taken < d.most; ++taken) {
+      int t;
+      while ((t = tasks[taken]) < 0) continue;  // thread 0 of this block writes it
+      if (t >= d.steps) break;
+      const bool grabber = tid == 0 && taken + 1 < d.most;
+      const unsigned next = grabber ? grab(d.ctr) : 0u;
+      load_step(static_cast<std::int64_t>(t) * RG, wv, groups);
+      const float v = products();
+      const int i = lane / (32 / RS);
+      if (lane % (32 / RS) == 0) part[warp * cap + own_rows + taken * RS + i] = v;
+      if (grabber) tasks[taken + 1] = static_cast<int>(d.pool0 + next);
+    }
   }
   __syncthreads();
 
@@ -638,6 +693,29 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     float res = 0;
     if (f.epilogue == SkinnyEpilogue::Residual) res = lg == tid ? res0 : to_float(y[grp]);
     finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
+  }
+  if constexpr (kTail) {
+    const int own_rows = static_cast<int>((g1 - g0) * RW);
+    for (int lg = tid; lg < taken * RG; lg += NT) {
+      const int k = lg / RG, q = lg % RG;
+      const std::int64_t grp = static_cast<std::int64_t>(tasks[k]) * RG + q;
+      if (grp >= groups) continue;
+      float acc[RW];
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+        float sum = 0;
+#pragma unroll
+        for (int i = 0; i < kW; ++i) sum += part[i * cap + own_rows + k * RS + q * RW + r];
+        if constexpr (kNorm) sum *= rstd;
+        acc[r] = sum;
+      }
+      const float res = f.epilogue == SkinnyEpilogue::Residual ? to_float(y[grp]) : 0.0f;
+      finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
+    }
+    if (tid == 0 && atomicAdd(d.ctr + 1, 1u) == gridDim.x - 1) {
+      d.ctr[0] = 0;
+      d.ctr[1] = 0;
+    }
   }
 }
 
@@ -674,14 +752,57 @@ bool fused_gemv_warp() {
   return fused_gemv_narrow() || env_is("GPUBENCH_FUSED_GEMV", "warp");
 }
 
+// SkinnyFusion::shared_tail: the share of a block's steps it takes as its own (the rest from the
+// pool), and the counter pairs, handed out in turn across every instance: each pair is left at
+// zero by its kernel's last block, so only kernels kTailPairs launches apart share one.
+constexpr int kTailOwnPercent = 80;
+constexpr int kTailPairs = 4096;
+__device__ unsigned g_tail_counters[2 * kTailPairs];
+std::atomic<unsigned> g_tail_next{0};
+
+// The pool's split of `groups` in steps of `step_groups` over `blocks`; own 0 where the pool
+// would be empty.
+SplitTail tail_split(std::int64_t groups, int step_groups, int blocks) {
+  SplitTail d;
+  d.steps = (groups + step_groups - 1) / step_groups;
+  d.own = std::max(1, static_cast<int>(d.steps * kTailOwnPercent / 100 / blocks));
+  d.pool0 = static_cast<std::int64_t>(d.own) * blocks;
+  if (d.pool0 >= d.steps) return {};
+  const std::int64_t share = (d.steps - d.pool0 + blocks - 1) / blocks;
+  d.most = static_cast<int>(std::min<std::int64_t>(4 * share + 2, d.steps - d.pool0 + 1));
+  return d;
+}
+
+// Shared memory of the kTail kernel for d: the block's own rows and its most pool steps' rows
+// (their warps' sums), the warps' x^2, then the pool steps it took. 0 where d has no pool.
+std::size_t tail_smem(const SplitTail& d, int step_rows, int threads) {
+  if (d.own == 0) return 0;
+  return threads / 32 * sizeof(float) * ((d.own + d.most) * step_rows + 1) +
+         static_cast<std::size_t>(d.most) * sizeof(int);
+}
+
 template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
 void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                          std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
                          int cap, cudaStream_t stream) {
-  const std::size_t smem = static_cast<std::size_t>(NT / 32) * (cap + 1) * sizeof(float);
-  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT>, static_cast<unsigned>(blocks), NT, smem,
-             stream, static_cast<const T*>(x), static_cast<const T*>(w),
-             static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, cap);
+  constexpr int RS = split_rows(KP), RG = RS / (kPair ? 2 : 1);
+  constexpr std::size_t kWarpSums = NT / 32 * sizeof(float);
+  SplitTail d = f.shared_tail ? tail_split(kPair ? out / 2 : out, RG, blocks) : SplitTail{};
+  const std::size_t smem = tail_smem(d, RS, NT);
+  if (smem > 0 && smem <= 48 * 1024) {
+    unsigned* pairs = nullptr;
+    GPB_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&pairs), g_tail_counters));
+    d.ctr = pairs + 2 * (g_tail_next.fetch_add(1) % kTailPairs);
+    const int rows = (d.own + d.most) * RS;  // the block's own and its most pool steps'
+    launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT, true>, static_cast<unsigned>(blocks), NT,
+               smem, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+               static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, rows, d);
+    GPB_CHECK_LAUNCH();
+    return;
+  }
+  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT>, static_cast<unsigned>(blocks), NT,
+             kWarpSums * (cap + 1), stream, static_cast<const T*>(x), static_cast<const T*>(w),
+             static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, cap, SplitTail{});
   GPB_CHECK_LAUNCH();
 }
 
@@ -897,6 +1018,25 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
 bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f) {
   return rows == 1 && skinny_gemm_supported(rows, in) && !fused_gemv_warp() &&
          wide_grid(out, in, f.epilogue == SkinnyEpilogue::SwiGlu).blocks > 0;
+}
+
+bool skinny_shared_tail_applies(int rows, std::int64_t out, std::int64_t in,
+                                const SkinnyFusion& f) {
+  if (rows != 1 || !skinny_gemm_supported(rows, in) || fused_gemv_warp()) return false;
+  const bool pair = f.epilogue == SkinnyEpilogue::SwiGlu;
+  const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
+  SplitGrid g = f.wide_block ? wide_grid(out, in, pair) : SplitGrid{};
+  int threads = kWideThreads;
+  if (g.blocks == 0) {
+    g = split_grid(out, in, pair, kVecThreads, kFusedBlocksPerSm,
+                   norm ? kSplitMaxNormPieces : kSplitMaxPieces);
+    threads = kVecThreads;
+  }
+  if (g.blocks == 0) return false;
+  const int step_rows = split_rows(g.kp);
+  const SplitTail d = tail_split(pair ? out / 2 : out, step_rows / (pair ? 2 : 1), g.blocks);
+  const std::size_t smem = tail_smem(d, step_rows, threads);
+  return f.shared_tail && smem > 0 && smem <= 48 * 1024;
 }
 
 }  // namespace gpubench

@@ -63,11 +63,24 @@ struct SkinnyFusion {
   // that no other kernel's block holds, and no block of a later kernel starts beside it. The
   // decode step's qkv GEMV uses it; shapes past those limits take the usual kernels.
   bool wide_block = false;
+  // With one row of X, on the block-split kernel: each block takes 80% of its share of the rows
+  // as its own and the rest from a pool shared by the grid, a step at a time through an atomic
+  // counter, so that the blocks that finish their own rows first (SMs stream at different rates
+  // and start at different times after the previous kernel) take more of it. The same bits as
+  // without: every row is summed in the same order whichever block takes it. The counters are the
+  // module's own, a pool of 4096 pairs handed out in turn, each set back to zero by the last block
+  // of the kernel that used it: two launches that may run at once must lie fewer than 4096 such
+  // launches apart (a captured graph keeps the pairs it was given). The decode step's gate|up GEMV
+  // uses it.
+  bool shared_tail = false;
 };
 
 // Whether a fused skinny_gemm call (one row, and a prologue, an epilogue or weights_ready: the
 // calls that take the fused kernels) with f.wide_block set would run the 512-thread kernel.
 bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f);
+// Whether such a call with f.shared_tail set would share its tail (else: the static split; a
+// grid with too few steps for a pool, or a block's sums past its default shared memory).
+bool skinny_shared_tail_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f);
 
 // Most rows a fused call takes.
 constexpr int skinny_fusion_max_rows() {

@@ -674,7 +674,14 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
          &in_norm);
   // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).
   attention_part(l, r, decode, stream);
-  const SkinnyFusion residual = residual_fusion(), up = up_fusion(L.post_norm_w);
+  const SkinnyFusion residual = residual_fusion();
+  // A decode step's gate|up GEMV shares the last 20% of its rows over the grid
+  // (SkinnyFusion::shared_tail): on an H200 0.7-1.0% faster at context 2048, 0.4% at 8192 and
+  // 0.5% at 512 (seqlen_decode_experiments/shared_tail).
+  // GPUBENCH_DECODE_SHARED_TAIL=0 turns it off (A/B runs).
+  static const bool static_up = env_is("GPUBENCH_DECODE_SHARED_TAIL", "0");
+  SkinnyFusion up = up_fusion(L.post_norm_w);
+  up.shared_tail = decode && !static_up;
   // A decode step's output GEMV launches beside attention (the merge kernel lets it: see
   // attention_part) and holds back gate|up until it ends.
   SkinnyFusion out_residual = residual;

@@ -335,6 +335,90 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
   EXPECT_EQ(cases, (2 + 1 + 1) * 1 * 9 * 2 * 6);  // the wide and warp-per-row passes in bf16 only
 }
 
+// SkinnyFusion::shared_tail: the same bits as the static split (every row summed in the same
+// order whichever block takes it), three launches in a row and two replays of a captured graph
+// (the counters back at zero after each), on the decode step's shapes of a 7B model (gate|up,
+// down, out, and qkv on 512-thread blocks) and a small grid.
+TEST(SkinnyGemm, SharedTailGivesTheSameBits) {
+  DeviceGuard guard(kGpu);
+  struct Case {
+    std::int64_t out, in;
+    SkinnyPrologue pro;
+    SkinnyEpilogue epi;
+    bool wide, bias;
+  };
+  const Case cases[] = {
+      {22016, 4096, SkinnyPrologue::RmsNorm, SkinnyEpilogue::SwiGlu, false, false},
+      {4096, 11008, SkinnyPrologue::None, SkinnyEpilogue::Residual, false, true},
+      {4096, 4096, SkinnyPrologue::None, SkinnyEpilogue::Residual, false, false},
+      {12288, 4096, SkinnyPrologue::RmsNorm, SkinnyEpilogue::None, true, true},
+      {1000, 1024, SkinnyPrologue::None, SkinnyEpilogue::Gelu, false, true},
+  };
+  std::uint64_t seed = 900;
+  for (const Case& c : cases) {
+    std::mt19937_64 rng(++seed);
+    const SkinnyDtype dt = SkinnyDtype::BF16;
+    const HostArray x(dt, c.in, 1.0f, rng);
+    const HostArray w(dt, c.out * c.in, 1.0f / std::sqrt(static_cast<float>(c.in)), rng);
+    const HostArray bias(dt, c.out, 0.5f, rng), nw(dt, c.in, 1.0f, rng);
+    const std::int64_t width = c.epi == SkinnyEpilogue::SwiGlu ? c.out / 2 : c.out;
+    const HostArray y0(dt, width, 2.0f, rng);
+    const std::int64_t ldw = c.in + 64;
+    DeviceBuffer dx = upload(x.bits), dw = upload_w(w.bits, c.out, c.in, ldw),
+                 db = upload(bias.bits), dnw = upload(nw.bits);
+    SkinnyFusion f;
+    f.prologue = c.pro;
+    f.norm_weight = dnw.get();
+    f.eps = 1e-5f;
+    f.epilogue = c.epi;
+    f.weights_ready = true;
+    f.wide_block = c.wide;
+    const std::string what = "out " + std::to_string(c.out) + " in " + std::to_string(c.in);
+    Stream stream(kGpu);
+    // One launch (or `graph_replays` replays of a graph holding `launches` of them) into y0.
+    auto run = [&](bool shared, int launches, int graph_replays) {
+      DeviceBuffer dy = upload(y0.bits);
+      SkinnyFusion g = f;
+      g.shared_tail = shared;
+      auto call = [&](cudaStream_t s) {
+        // The residual epilogue adds into y: each launch starts from y0.
+        if (c.epi == SkinnyEpilogue::Residual)
+          GPB_CUDA_CHECK(
+              cudaMemcpyAsync(dy.get(), y0.bits.data(), width * 2, cudaMemcpyHostToDevice, s));
+        skinny_gemm(dx.get(), dw.get(), c.bias ? db.get() : nullptr, dy.get(), 1, c.out, c.in, dt,
+                    s, g, ldw);
+      };
+      if (graph_replays == 0) {
+        for (int i = 0; i < launches; ++i) call(stream.get());
+      } else {
+        CudaGraph graph;
+        graph.capture(stream.get(), [&](cudaStream_t s) {
+          for (int i = 0; i < launches; ++i)
+            skinny_gemm(dx.get(), dw.get(), c.bias ? db.get() : nullptr, dy.get(), 1, c.out, c.in,
+                        dt, s, g, ldw);
+        });
+        for (int i = 0; i < graph_replays; ++i) graph.launch(stream.get());
+      }
+      stream.synchronize();
+      std::vector<std::uint16_t> y(static_cast<std::size_t>(width));
+      GPB_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), y.size() * 2, cudaMemcpyDeviceToHost));
+      return y;
+    };
+    SkinnyFusion probe = f;
+    probe.shared_tail = true;
+    // (The small grid has no pool on a GPU of 132 SMs; on smaller ones it may.)
+    if (c.out != 1000) EXPECT_TRUE(skinny_shared_tail_applies(1, c.out, c.in, probe)) << what;
+    probe.shared_tail = false;
+    EXPECT_FALSE(skinny_shared_tail_applies(1, c.out, c.in, probe)) << what;
+    const std::vector<std::uint16_t> want = run(false, 1, 0);
+    EXPECT_EQ(run(true, 3, 0), want) << what << ": three launches";
+    if (c.epi != SkinnyEpilogue::Residual)  // a graph's launches would add up in y
+      EXPECT_EQ(run(true, 3, 2), want) << what << ": a graph of three, replayed twice";
+    else
+      EXPECT_EQ(run(true, 1, 2), run(false, 1, 2)) << what << ": a graph replayed twice";
+  }
+}
+
 TEST(SkinnyGemm, FusionArguments) {
   alignas(16) static std::uint16_t buf[64];
   SkinnyFusion norm;
