@@ -781,15 +781,24 @@ std::size_t tail_smem(const SplitTail& d, int step_rows, int threads) {
          static_cast<std::size_t>(d.most) * sizeof(int);
 }
 
+// The shared tail of a block-split launch (x's pieces kp a thread, `blocks` of `threads`); own 0,
+// the static split, where the pool would be empty or the kTail kernel's shared memory would pass
+// its default 48 KiB. The launcher and skinny_shared_tail_applies both ask it.
+SplitTail tail_plan(std::int64_t out, bool pair, int kp, int blocks, int threads) {
+  const int step_rows = split_rows(kp);
+  const SplitTail d = tail_split(pair ? out / 2 : out, step_rows / (pair ? 2 : 1), blocks);
+  return tail_smem(d, step_rows, threads) <= 48 * 1024 ? d : SplitTail{};
+}
+
 template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
 void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                          std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
                          int cap, cudaStream_t stream) {
-  constexpr int RS = split_rows(KP), RG = RS / (kPair ? 2 : 1);
+  constexpr int RS = split_rows(KP);
   constexpr std::size_t kWarpSums = NT / 32 * sizeof(float);
-  SplitTail d = f.shared_tail ? tail_split(kPair ? out / 2 : out, RG, blocks) : SplitTail{};
-  const std::size_t smem = tail_smem(d, RS, NT);
-  if (smem > 0 && smem <= 48 * 1024) {
+  SplitTail d = f.shared_tail ? tail_plan(out, kPair, KP, blocks, NT) : SplitTail{};
+  if (d.own > 0) {
+    const std::size_t smem = tail_smem(d, RS, NT);
     unsigned* pairs = nullptr;
     GPB_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&pairs), g_tail_counters));
     d.ctr = pairs + 2 * (g_tail_next.fetch_add(1) % kTailPairs);
@@ -1032,11 +1041,7 @@ bool skinny_shared_tail_applies(int rows, std::int64_t out, std::int64_t in,
                    norm ? kSplitMaxNormPieces : kSplitMaxPieces);
     threads = kVecThreads;
   }
-  if (g.blocks == 0) return false;
-  const int step_rows = split_rows(g.kp);
-  const SplitTail d = tail_split(pair ? out / 2 : out, step_rows / (pair ? 2 : 1), g.blocks);
-  const std::size_t smem = tail_smem(d, step_rows, threads);
-  return f.shared_tail && smem > 0 && smem <= 48 * 1024;
+  return f.shared_tail && g.blocks > 0 && tail_plan(out, pair, g.kp, g.blocks, threads).own > 0;
 }
 
 }  // namespace gpubench

@@ -380,22 +380,22 @@ TEST(SkinnyGemm, SharedTailGivesTheSameBits) {
       DeviceBuffer dy = upload(y0.bits);
       SkinnyFusion g = f;
       g.shared_tail = shared;
-      auto call = [&](cudaStream_t s) {
-        // The residual epilogue adds into y: each launch starts from y0.
-        if (c.epi == SkinnyEpilogue::Residual)
-          GPB_CUDA_CHECK(
-              cudaMemcpyAsync(dy.get(), y0.bits.data(), width * 2, cudaMemcpyHostToDevice, s));
+      auto gemm = [&](cudaStream_t s) {
         skinny_gemm(dx.get(), dw.get(), c.bias ? db.get() : nullptr, dy.get(), 1, c.out, c.in, dt,
                     s, g, ldw);
       };
       if (graph_replays == 0) {
-        for (int i = 0; i < launches; ++i) call(stream.get());
+        for (int i = 0; i < launches; ++i) {
+          // The residual epilogue adds into y: each launch starts from y0.
+          if (c.epi == SkinnyEpilogue::Residual)
+            GPB_CUDA_CHECK(cudaMemcpyAsync(dy.get(), y0.bits.data(), width * 2,
+                                           cudaMemcpyHostToDevice, stream.get()));
+          gemm(stream.get());
+        }
       } else {
         CudaGraph graph;
         graph.capture(stream.get(), [&](cudaStream_t s) {
-          for (int i = 0; i < launches; ++i)
-            skinny_gemm(dx.get(), dw.get(), c.bias ? db.get() : nullptr, dy.get(), 1, c.out, c.in,
-                        dt, s, g, ldw);
+          for (int i = 0; i < launches; ++i) gemm(s);
         });
         for (int i = 0; i < graph_replays; ++i) graph.launch(stream.get());
       }
