@@ -33,6 +33,11 @@ has interleaved && timed pp_interleaved 400 "$bin" pp --pp "$ngpu" --workload tr
 # schedule.
 has copy && timed pp_copy_engine 400 "$bin" pp --pp 2 --workload training --transfers copy-engine \
   --schedule gpipe,1f1b,interleaved --microbatches 4,8,16 --output-dir "$work/pp_copy_engine"
+# Training over the copy engines on every GPU, past the 2-stage limit (GPUBENCH_PP_CE_ANY_STAGES;
+# a stall is ended by --timeout). Not a default step: run it with GPUBENCH_PP_STEPS="ce_any".
+has ce_any && timed pp_copy_engine_any 300 env GPUBENCH_PP_CE_ANY_STAGES=1 "$bin" pp --pp "$ngpu" \
+  --workload training --transfers copy-engine --schedule gpipe,1f1b --microbatches 8,16 \
+  --timeout 60 --log-level debug --output-dir "$work/pp_copy_engine_any"
 # Every layout of the GPUs, one prompt and 16.
 has layouts && timed pp_layouts 400 "$bin" pp --workload inference --microbatches 8,16 \
   --layouts all --output-dir "$work/pp_layouts"
@@ -43,7 +48,7 @@ has mpi && command -v mpirun >/dev/null && timed pp_mpi 200 mpirun --allow-run-a
 has quick && timed pp_quick 200 "$bin" pp --quick --output-dir "$work/pp_quick"
 tar -C "$(dirname "$work")" -czf "$out/$machine.tar.gz" "$machine"
 cat "$work/steps.log"
-for f in pp_full pp_nccl_ctas8 pp_interleaved pp_copy_engine pp_layouts pp_quick; do
+for f in pp_full pp_nccl_ctas8 pp_interleaved pp_copy_engine pp_copy_engine_any pp_layouts pp_quick; do
   [ -f "$work/$f.log" ] && grep -A8 "^Headline" "$work/$f.log" | head -10
 done
 grep -h "PASSED\|FAILED\|SKIPPED" "$work"/gpu_test_*.log 2>/dev/null

@@ -21,6 +21,7 @@
 
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
@@ -592,8 +593,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   // --transfers copy-engine: peer copies between the stages' rings, ordered by flags in GPU
   // memory (no SMs, no host waits); one process with peer access between all the GPUs only.
   // Two stages only for now: 4 stages stalled on a 4-GPU H200 machine (see METHODOLOGY).
-  const bool ce = s.transfers == "copy-engine" && p == 2 && peers_all;
-  if (s.transfers == "copy-engine" && p > 2)
+  // GPUBENCH_PP_CE_ANY_STAGES=1 lifts that limit, to try more stages again (with --timeout).
+  static const bool any_stages = env_is("GPUBENCH_PP_CE_ANY_STAGES", "1");
+  const bool ce = s.transfers == "copy-engine" && (p == 2 || (any_stages && p > 2)) && peers_all;
+  if (s.transfers == "copy-engine" && p > 2 && !any_stages)
     spdlog::warn("pp: --transfers copy-engine runs 2 stages only for now; {} stages run over NCCL",
                  p);
   else if (s.transfers == "copy-engine" && p > 1 && !ce)
