@@ -407,6 +407,7 @@ struct Outcome {
   double overlap_check_error = 0;
   std::string collectives = "nccl";  // what the step's large collectives ran over
   std::string small_collectives = "nccl";  // what its small all-reduces ran over
+  std::string attention_path;  // prefill: rank 0's attention kernel ("cudnn" or "own")
 };
 
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).

@@ -194,6 +194,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     if (o.t > 1 && o.allreduce_bytes > 0 &&
         o.allreduce_bytes <= static_cast<double>(OneShotTpCollectives::kMaxBytes))
       r.params["small_collectives"] = o.small_collectives;
+    if (!o.attention_path.empty()) r.params["attention_path"] = o.attention_path;
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok") {
