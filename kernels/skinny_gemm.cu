@@ -572,6 +572,8 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     }
     __syncthreads();
   }
+  // kTail: the block's own rows, whose warp sums come before its pool steps'.
+  [[maybe_unused]] const int own_rows = static_cast<int>((g1 - g0) * RW);
   bool has[KP];  // whether this thread holds piece j
 #pragma unroll
   for (int j = 0; j < KP; ++j) has[j] = tid + NT * j < pieces;
@@ -656,7 +658,6 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
   // counter's round trip is not waited for.
   [[maybe_unused]] int taken = 0;
   if constexpr (kTail) {
-    const int own_rows = static_cast<int>((g1 - g0) * RW);
     for (; taken < d.most; ++taken) {
       int t;
       while ((t = tasks[taken]) < 0) continue;  // thread 0 of this block writes it
@@ -695,7 +696,6 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     finish_group<T, RW>(f, bias, y, grp, pair, acc, res);
   }
   if constexpr (kTail) {
-    const int own_rows = static_cast<int>((g1 - g0) * RW);
     for (int lg = tid; lg < taken * RG; lg += NT) {
       const int k = lg / RG, q = lg % RG;
       const std::int64_t grp = static_cast<std::int64_t>(tasks[k]) * RG + q;
