@@ -80,6 +80,10 @@ void prefill_attention(const AttentionArgs& a, cudaStream_t stream);
 // results are merged by a second kernel. `workspace` holds decode_workspace_bytes(a, splits).
 // head_dim 64 or 128.
 int decode_attention_splits(const AttentionArgs& a, int sm_count);
+// Whether decode_attention_splits' chunks fill a whole wave of the split kernel (the context is
+// long enough for the wave's chunk count; false where a wave would need chunks shorter than the
+// kernel's smallest).
+bool decode_attention_fills_wave(const AttentionArgs& a, int sm_count);
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits);
 void decode_attention(const AttentionArgs& a, int splits, void* workspace, cudaStream_t stream);
 // Whether decode_attention can take the step's new key and value (k_new, v_new): query heads a

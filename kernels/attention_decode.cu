@@ -566,19 +566,34 @@ bool aligned16(const void* p) {
 
 }  // namespace
 
-int decode_attention_splits(const AttentionArgs& args, int sm_count) {
+namespace {
+// The automatic split count's two bounds: `fill` chunks a head make one wave (every SM holding
+// the blocks it can at once), `most` keeps chunks at kMinChunk keys or more.
+struct SplitBounds {
+  int fill = 1, most = 1;
+};
+SplitBounds split_bounds(const AttentionArgs& args, int sm_count) {
   const AttentionArgs a = resolved_attention_args(args);
   const int keys = std::max(1, a.q_pos0 + 1);
   const int kv_heads = std::max(1, a.kv_heads);
   const int group = std::max(1, a.heads / kv_heads);
   const int hb = heads_per_block(group);
   const int per_split = std::max(1, a.batch) * kv_heads * ((group + hb - 1) / hb);
+  const int wave = blocks_per_sm(hb) * std::max(sm_count, 1);
+  return {wave / per_split, (keys + kMinChunk - 1) / kMinChunk};
+}
+}  // namespace
+
+int decode_attention_splits(const AttentionArgs& a, int sm_count) {
   // As many chunks as fill every SM with the blocks it holds at once (one wave: the blocks
   // stream equal chunks side by side and finish together), never chunks under kMinChunk keys.
-  const int wave = blocks_per_sm(hb) * std::max(sm_count, 1);
-  const int fill = wave / per_split;
-  const int most = (keys + kMinChunk - 1) / kMinChunk;
-  return std::clamp(std::min(fill, most), 1, kMaxAutoSplits);
+  const SplitBounds b = split_bounds(a, sm_count);
+  return std::clamp(std::min(b.fill, b.most), 1, kMaxAutoSplits);
+}
+
+bool decode_attention_fills_wave(const AttentionArgs& a, int sm_count) {
+  const SplitBounds b = split_bounds(a, sm_count);
+  return b.fill >= 1 && b.fill <= b.most && b.fill <= kMaxAutoSplits;
 }
 
 std::size_t decode_workspace_bytes(const AttentionArgs& a, int splits) {

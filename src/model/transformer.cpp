@@ -451,6 +451,17 @@ bool Transformer::out_late_in_attention() {
   return !start;
 }
 
+// Whether a fused decode step's gate|up GEMV launches at the output GEMV's start (the output
+// GEMV's dependents let go at once) instead of at its end. Where decode attention's chunks fill a
+// wave, at batch 1 on an H200 with llama-2-7b, 0.3-0.5% faster at contexts 1024 to 8192; at 256
+// and 512 (a part wave) 5-6% slower: there the down GEMV launched far ahead of gate|up's end
+// (seqlen_decode_experiments/up_beside_out). GPUBENCH_DECODE_UP=late keeps it at the end (A/B
+// runs).
+bool Transformer::up_beside_out() const {
+  static const bool late = env_is("GPUBENCH_DECODE_UP", "late");
+  return !late && attention_fills_wave_;
+}
+
 // Whether decode attention may load the cache's earlier rows before the previous kernel ends
 // (AttentionArgs::cache_ready): in a captured step, where only earlier steps and the prefill,
 // all before the graph's launch, wrote them. Not in eager steps, where a programmatic launch
@@ -683,9 +694,10 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   SkinnyFusion up = up_fusion(L.post_norm_w);
   up.shared_tail = decode && !static_up;
   // A decode step's output GEMV launches beside attention (the merge kernel lets it: see
-  // attention_part) and holds back gate|up until it ends.
+  // attention_part) and holds back gate|up until it ends, except at batch 1 where attention's
+  // chunks fill a wave (up_beside_out).
   SkinnyFusion out_residual = residual;
-  out_residual.late_dependents = decode && out_early();
+  out_residual.late_dependents = decode && out_early() && !(r.rows == 1 && up_beside_out());
   linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),
@@ -771,6 +783,7 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
       a.merge_launches_next = fused_ && out_early();
       a.cache_ready = decode_cache_early(stream);
       a.delay_next_launch = out_late_in_attention();  // used with merge_launches_next only
+      attention_fills_wave_ = decode_attention_fills_wave(a, sm_count_);
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {
       if (l == 0) {  // every layer has the same shapes (each chunk its own)

@@ -327,6 +327,15 @@ TEST(DecodeAttention, SplitChoice) {
   EXPECT_GE(decode_attention_splits(a, 132), 8);  // 32 blocks alone would leave SMs idle
   a.kv_heads = 8;
   EXPECT_GE(decode_attention_splits(a, 132), 32);
+  // 32 KV heads: 16 chunks a head fill the 132 SMs' 528 places from 1024 keys (16 x 64) on.
+  a.kv_heads = 32;
+  EXPECT_TRUE(decode_attention_fills_wave(a, 132));
+  a.q_pos0 = 1023;
+  EXPECT_TRUE(decode_attention_fills_wave(a, 132));
+  EXPECT_EQ(decode_attention_splits(a, 132), 16);
+  a.q_pos0 = 511;
+  EXPECT_FALSE(decode_attention_fills_wave(a, 132));
+  EXPECT_LT(decode_attention_splits(a, 132), 16);
 }
 
 TEST(DecodeAttention, RejectsBadArguments) {

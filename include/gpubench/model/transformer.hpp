@@ -282,6 +282,10 @@ class Transformer {
   // Whether that output GEMV launches only once attention's blocks have 8 steps of their chunk
   // left (AttentionArgs::delay_next_launch), unless GPUBENCH_DECODE_OUT=attention_start.
   static bool out_late_in_attention();
+  // Whether a fused decode step's gate|up GEMV launches at the output GEMV's start rather than at
+  // its end: where decode attention's chunks fill a wave (attention_fills_wave_), unless
+  // GPUBENCH_DECODE_UP=late.
+  bool up_beside_out() const;
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
@@ -348,6 +352,8 @@ class Transformer {
   int last_chunks_ = 1;
   std::unique_ptr<AttentionRunner> attention_;
   std::string attention_path_ = "own", attention_note_;
+  // The last decode attention's split kernel filled a wave (decode_attention_fills_wave).
+  bool attention_fills_wave_ = false;
 };
 
 }  // namespace gpubench::model
