@@ -564,9 +564,6 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
-}  // namespace
-
-namespace {
 // The automatic split count's two bounds: `fill` chunks a head make one wave (every SM holding
 // the blocks it can at once), `most` keeps chunks at kMinChunk keys or more.
 struct SplitBounds {

@@ -453,10 +453,10 @@ bool Transformer::out_late_in_attention() {
 
 // Whether a fused decode step's gate|up GEMV launches at the output GEMV's start (the output
 // GEMV's dependents let go at once) instead of at its end. Where decode attention's chunks fill a
-// wave, at batch 1 on an H200 with llama-2-7b, 0.3-0.5% faster at contexts 1024 to 8192; at 256
-// and 512 (a part wave) 5-6% slower: there the down GEMV launched far ahead of gate|up's end
-// (seqlen_decode_experiments/up_beside_out). GPUBENCH_DECODE_UP=late keeps it at the end (A/B
-// runs).
+// wave, on an H200 with llama-2-7b (batch 1: a fused step has one row), 0.3-0.5% faster at
+// contexts 1024 to 8192; at 256 and 512 (a part wave) 5-6% slower: there the down GEMV launched
+// far ahead of gate|up's end (seqlen_decode_experiments/up_beside_out). GPUBENCH_DECODE_UP=late
+// keeps it at the end (A/B runs).
 bool Transformer::up_beside_out() const {
   static const bool late = env_is("GPUBENCH_DECODE_UP", "late");
   return !late && attention_fills_wave_;
@@ -694,10 +694,10 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   SkinnyFusion up = up_fusion(L.post_norm_w);
   up.shared_tail = decode && !static_up;
   // A decode step's output GEMV launches beside attention (the merge kernel lets it: see
-  // attention_part) and holds back gate|up until it ends, except at batch 1 where attention's
-  // chunks fill a wave (up_beside_out).
+  // attention_part) and holds back gate|up until it ends, except where attention's chunks fill a
+  // wave (up_beside_out).
   SkinnyFusion out_residual = residual;
-  out_residual.late_dependents = decode && out_early() && !(r.rows == 1 && up_beside_out());
+  out_residual.late_dependents = decode && out_early() && !up_beside_out();
   linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),
