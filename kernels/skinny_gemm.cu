@@ -2,9 +2,8 @@
 //
 // Two paths, both reading every W element once with 16-byte loads:
 //
-// Rows 1..4 (CUDA cores): the product is a pure stream of W and the arithmetic per W byte is
-// small enough for FMAs. Each warp owns one W row (two for 3..4 rows, so that every X load
-// serves two W rows) at a time and walks it in steps of 8 (4 per row with two rows) 16-byte
+// Rows 1..2 (CUDA cores): the product is a pure stream of W and the arithmetic per W byte is
+// small enough for FMAs. Each warp owns one W row at a time and walks it in steps of 8 16-byte
 // loads per lane, all issued before the first FMA: 4 KiB of W in flight per warp, ~100 KiB per
 // SM with 24 warps, well over what HBM needs to stay busy (latency x bandwidth ~ 40 KiB). W
 // loads bypass L1 (ld.global.nc.L1::no_allocate); X is small and read by every warp, so it is
@@ -13,16 +12,17 @@
 // blocks per SM, each warp looping over its W rows), so every SM has work from the start and
 // there is no partial last wave of blocks.
 //
-// Rows 5..8 (tensor cores): a block owns 16 outputs (W rows); its 4 warps take turns over `in`
-// in steps of 64 elements. In a step, lane (g, t) of a warp (g = lane/4, t = lane%4) copies 16
-// bytes of W rows g and g+8 at k = 32j + 8t (j = 0, 1) and the same 16 bytes of X row g into
-// its own slots of a shared-memory ring (cp.async), kStages-1 steps ahead of the step it
-// multiplies: the loads stay in flight without registers, and the 4 warps read 512 contiguous
-// bytes of each row per turn. Two mma.m16n8k16 per piece take the pieces as they are: the A
-// fragment of lane (g, t) holds rows g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B fragment
-// X row g at the same slots, so mapping those slots to 4 consecutive k of the lane (the same map
-// in every lane) keeps A and B consistent; the sum over k does not care about the order. Rows
-// past `rows` multiply zeros. The warps' partial sums meet in shared memory.
+// Rows 3..8 (tensor cores; from 3 rows on an H200 they stream W faster than the CUDA-core
+// kernel, 11-15% at 4 rows: seqlen_decode_experiments/batch_rows): a block owns 16 outputs (W
+// rows); its 4 warps take turns over `in` in steps of 64 elements. In a step, lane (g, t) of a warp
+// (g = lane/4, t = lane%4) copies 16 bytes of W rows g and g+8 at k = 32j + 8t (j = 0, 1) and the
+// same 16 bytes of X row g into its own slots of a shared-memory ring (cp.async), kStages-1 steps
+// ahead of the step it multiplies: the loads stay in flight without registers, and the 4 warps read
+// 512 contiguous bytes of each row per turn. Two mma.m16n8k16 per piece take the pieces as they
+// are: the A fragment of lane (g, t) holds rows g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B
+// fragment X row g at the same slots, so mapping those slots to 4 consecutive k of the lane (the
+// same map in every lane) keeps A and B consistent; the sum over k does not care about the order.
+// Rows past `rows` multiply zeros. The warps' partial sums meet in shared memory.
 //
 // One row with a SkinnyFusion: an RMSNorm prologue and a residual / activation / SwiGLU epilogue,
 // the kernels of a batch-1 decode step. split_gemv_kernel (the default where x fits in its
@@ -68,7 +68,7 @@ constexpr std::size_t kRingBytes =
 // CUDA-core path (rows <= kVecMaxRows): 8 warps a block, kVecBlocksPerSm blocks per SM (24
 // warps; __launch_bounds__ caps the registers at 85 a thread), kVecPieces 16-byte W loads per
 // lane in flight per step.
-constexpr int kVecMaxRows = 4;
+constexpr int kVecMaxRows = 2;
 constexpr int kVecWarps = 8;
 constexpr int kVecThreads = kVecWarps * 32;
 constexpr int kVecBlocksPerSm = 3;
@@ -238,8 +238,9 @@ __device__ __forceinline__ void load_w_step(const T* const (&wr)[RW], std::int64
   }
 }
 
-// CUDA-core path. ROWS: rows of X (1..4); RW: W rows a warp takes at once (1 or 2). Grid: at
-// most kVecBlocksPerSm blocks per SM; warp `gw` of the grid takes W row groups gw, gw + warps,
+// CUDA-core path. ROWS: rows of X (1..2); RW: W rows a warp takes at once (1 or 2; the launcher
+// takes 1). Grid: at most kVecBlocksPerSm blocks per SM; warp `gw` of the grid takes W row groups
+// gw, gw + warps,
 // ... Lane L reads elements k0 + 256j + 8L of its rows (j < KU), so each load instruction of the
 // warp reads 512 contiguous bytes of a row.
 template <class T, int ROWS, int RW>
@@ -536,10 +537,11 @@ __device__ __forceinline__ unsigned grab(unsigned* ctr) {
 }
 
 // NT threads a block: 256 (two blocks an SM) or 512 (one, SkinnyFusion::wide_block); thread
-// `tid` then holds x's pieces tid + NT j. Dynamic shared memory: float [NT/32][cap] (the warps'
-// sums of the block's rows, cap rows each) and [NT/32] (their x^2); with kTail then int [most]
-// (the pool steps taken).
-template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads, bool kTail = false>
+// `tid` then holds x's pieces tid + NT j. Dynamic shared memory: with kStage first the staged
+// step (uint4 [RS][KP][NT]), then float [NT/32][cap] (the warps' sums of the block's rows, cap
+// rows each) and [NT/32] (their x^2); with kTail then int [most] (the pool steps taken).
+template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads, bool kTail = false,
+          bool kStage = false>
 __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     split_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                       T* __restrict__ y, std::int64_t out, std::int64_t in, std::int64_t ldw,
@@ -551,8 +553,14 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
   constexpr int RG = RS / RW;         // groups a step
   constexpr bool kFloatX = kNorm || KP <= kSplitMaxFloatPieces;
   constexpr unsigned kFull = 0xffffffffu;
-  constexpr int kW = NT / 32;      // warps a block
-  extern __shared__ float part[];  // [kW][cap], then [kW]
+  constexpr int kW = NT / 32;  // warps a block
+  // kStage (SkinnyFusion::stage_next): the block's second step of W rows first ([RS][KP][NT]
+  // pieces, filled by cp.async before the wait), then the warps' sums.
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr std::size_t kStageBytes =
+      kStage ? static_cast<std::size_t>(RS) * KP * NT * sizeof(uint4) : 0;
+  [[maybe_unused]] uint4* const staged = reinterpret_cast<uint4*>(smem);
+  float* const part = reinterpret_cast<float*>(smem + kStageBytes);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const std::int64_t pieces = in / 8;
   const std::int64_t pair = out / 2;  // kPair: rows g and g + pair (SwiGlu: gate and up)
@@ -591,8 +599,26 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
         wv[i][j] = row && has[j] ? load_weight(wr + NT * 8 * j) : make_uint4(0, 0, 0, 0);
     }
   };
+  // f.stage_next: the step after the first into shared memory (16 bytes a thread and piece).
+  auto stage_step = [&](std::int64_t s, std::int64_t bound) {
+#pragma unroll
+    for (int i = 0; i < RS; ++i) {
+      const std::int64_t g = s + i / RW;
+      const bool row = g < bound;
+      const T* wr = wt + (g + (i % RW) * pair) * ldw;
+#pragma unroll
+      for (int j = 0; j < KP; ++j) {
+        const bool ok = row && has[j];
+        copy_weight(staged + (i * KP + j) * NT + tid, ok ? wr + NT * 8 * j : w, ok ? 16u : 0u);
+      }
+    }
+    cp_async_commit();
+  };
   uint4 wv[RS][KP];
+  [[maybe_unused]] bool stage_pending = kStage && f.weights_ready && g0 + RG < g1;
   if (f.weights_ready) load_step(g0, wv, g1);
+  if constexpr (kStage)
+    if (stage_pending) stage_step(g0 + RG, g1);
   pdl_wait();
   if (!f.weights_ready) load_step(g0, wv, g1);
 
@@ -625,9 +651,11 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
     if (lane == 0) part[kW * cap + warp] = squares;
   }
 
-  // The products of the step in wv: the warp's sum of each of its RS rows, lane i * (32 / RS)
-  // holding row i.
-  auto products = [&]() {
+  // The products of a step (piece(i, j): row i's piece j, from wv or the staged step): the
+  // warp's sum of each of its RS rows, lane i * (32 / RS) holding row i.
+  auto from_regs = [&](int i, int j) { return wv[i][j]; };
+  auto from_stage = [&](int i, int j) { return staged[(i * KP + j) * NT + tid]; };
+  auto products = [&](auto&& piece) {
     float acc[RS];
 #pragma unroll
     for (int i = 0; i < RS; ++i) acc[i] = 0;
@@ -641,16 +669,30 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
         unpack8<T>(xp[j], xj);
       }
 #pragma unroll
-      for (int i = 0; i < RS; ++i) acc[i] = dot_piece<T>(wv[i][j], xj, acc[i]);
+      for (int i = 0; i < RS; ++i) acc[i] = dot_piece<T>(piece(i, j), xj, acc[i]);
     }
     return transpose_sum<RS>(acc, lane);
   };
-  for (std::int64_t s = g0; s < g1;) {
-    const float v = products();
+  auto keep = [&](std::int64_t s, float v) {
     const int i = lane / (32 / RS);  // the step's row this lane holds
     if (lane % (32 / RS) == 0 && s + i / RW < g1) part[warp * cap + (s - g0) * RW + i] = v;
+  };
+  for (std::int64_t s = g0; s < g1;) {
+    keep(s, products(from_regs));
     s += RG;
     if (s >= g1) break;
+    if constexpr (kStage) {
+      if (stage_pending) {
+        // Step s is staged: the one after it goes into registers before its products.
+        stage_pending = false;
+        if (s + RG < g1) load_step(s + RG, wv, g1);
+        cp_async_wait<0>();
+        keep(s, products(from_stage));
+        s += RG;
+        if (s >= g1) break;
+        continue;
+      }
+    }
     load_step(s, wv, g1);
   }
   // kTail: pool steps, every warp the same ones (their rows' sums after the block's own). Thread
@@ -665,7 +707,7 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
       const bool grabber = tid == 0 && taken + 1 < d.most;
       const unsigned next = grabber ? grab(d.ctr) : 0u;
       load_step(static_cast<std::int64_t>(t) * RG, wv, groups);
-      const float v = products();
+      const float v = products(from_regs);
       const int i = lane / (32 / RS);
       if (lane % (32 / RS) == 0) part[warp * cap + own_rows + taken * RS + i] = v;
       if (grabber) tasks[taken + 1] = static_cast<int>(d.pool0 + next);
@@ -729,9 +771,7 @@ int sm_count() {
 template <class T, int ROWS>
 void launch_vec(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                 std::int64_t in, std::int64_t ldw, cudaStream_t stream) {
-  // Two W rows a warp when X has 3..4 rows: each X piece read from L1 then serves two W pieces,
-  // which keeps L1 traffic (W + X) well under its bandwidth.
-  constexpr int RW = ROWS >= 3 ? 2 : 1;
+  constexpr int RW = 1;
   const std::int64_t groups = (out + RW - 1) / RW;
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   const std::int64_t blocks =
@@ -790,29 +830,54 @@ SplitTail tail_plan(std::int64_t out, bool pair, int kp, int blocks, int threads
   return tail_smem(d, step_rows, threads) <= 48 * 1024 ? d : SplitTail{};
 }
 
-template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
-void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
-                         std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
-                         int cap, cudaStream_t stream) {
+template <class T, int KP, bool kNorm, bool kPair, int NT, bool kStage>
+void launch_split_instance(const void* x, const void* w, const void* bias, void* y,
+                           std::int64_t out, std::int64_t in, std::int64_t ldw,
+                           const SkinnyFusion& f, int blocks, int cap, cudaStream_t stream) {
   constexpr int RS = split_rows(KP);
   constexpr std::size_t kWarpSums = NT / 32 * sizeof(float);
+  // kStage: the staged step's pieces before the sums (past the default 48 KiB: opted in).
+  constexpr std::size_t kStageBytes =
+      kStage ? static_cast<std::size_t>(RS) * KP * NT * sizeof(uint4) : 0;
+  auto opt_in = [&](auto kernel, std::size_t smem) {
+    if (smem > 48 * 1024)
+      GPB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+  };
   SplitTail d = f.shared_tail ? tail_plan(out, kPair, KP, blocks, NT) : SplitTail{};
   if (d.own > 0) {
-    const std::size_t smem = tail_smem(d, RS, NT);
+    const std::size_t smem = kStageBytes + tail_smem(d, RS, NT);
+    auto kernel = split_gemv_kernel<T, KP, kNorm, kPair, NT, true, kStage>;
+    opt_in(kernel, smem);
     unsigned* pairs = nullptr;
     GPB_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&pairs), g_tail_counters));
     d.ctr = pairs + 2 * (g_tail_next.fetch_add(1) % kTailPairs);
     const int rows = (d.own + d.most) * RS;  // the block's own and its most pool steps'
-    launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT, true>, static_cast<unsigned>(blocks), NT,
-               smem, stream, static_cast<const T*>(x), static_cast<const T*>(w),
-               static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, rows, d);
+    launch_pdl(kernel, static_cast<unsigned>(blocks), NT, smem, stream, static_cast<const T*>(x),
+               static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), out, in,
+               ldw, f, rows, d);
     GPB_CHECK_LAUNCH();
     return;
   }
-  launch_pdl(split_gemv_kernel<T, KP, kNorm, kPair, NT>, static_cast<unsigned>(blocks), NT,
-             kWarpSums * (cap + 1), stream, static_cast<const T*>(x), static_cast<const T*>(w),
-             static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f, cap, SplitTail{});
+  const std::size_t smem = kStageBytes + kWarpSums * (cap + 1);
+  auto kernel = split_gemv_kernel<T, KP, kNorm, kPair, NT, false, kStage>;
+  opt_in(kernel, smem);
+  launch_pdl(kernel, static_cast<unsigned>(blocks), NT, smem, stream, static_cast<const T*>(x),
+             static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), out, in,
+             ldw, f, cap, SplitTail{});
   GPB_CHECK_LAUNCH();
+}
+
+template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
+void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
+                         std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
+                         int cap, cudaStream_t stream) {
+  if (f.stage_next && f.weights_ready)
+    launch_split_instance<T, KP, kNorm, kPair, NT, true>(x, w, bias, y, out, in, ldw, f, blocks,
+                                                         cap, stream);
+  else
+    launch_split_instance<T, KP, kNorm, kPair, NT, false>(x, w, bias, y, out, in, ldw, f, blocks,
+                                                          cap, stream);
 }
 
 // The block-split kernel's launch for one fused GEMV: x's pieces a thread (KP), blocks and rows a
@@ -955,14 +1020,10 @@ void launch(const void* x, const void* w, const void* bias, void* y, int rows, s
       return launch_vec<T, 1>(x, w, bias, y, out, in, ldw, stream);
     case 2:
       return launch_vec<T, 2>(x, w, bias, y, out, in, ldw, stream);
-    case 3:
-      return launch_vec<T, 3>(x, w, bias, y, out, in, ldw, stream);
-    case 4:
-      return launch_vec<T, 4>(x, w, bias, y, out, in, ldw, stream);
     default:
       break;
   }
-  static_assert(kVecMaxRows == 4, "the switch above covers the CUDA-core rows");
+  static_assert(kVecMaxRows == 2, "the switch above covers the CUDA-core rows");
   const std::int64_t tiles = (out + kTile - 1) / kTile;
   if (tiles > 0x7fffffff) throw InputError("skinny_gemm: too many outputs");
   // Host-side attributes of the current device's function (no stream work: fine inside graph

@@ -73,6 +73,10 @@ struct SkinnyFusion {
   // launches apart (a captured graph keeps the pairs it was given). The decode step's gate|up GEMV
   // uses it.
   bool shared_tail = false;
+  // With one row of X, on the block-split kernel with weights_ready: each block also copies its
+  // second step of W rows into shared memory before the wait (cp.async), so that two steps are
+  // on their way while the previous kernel ends and x arrives.
+  bool stage_next = false;
 };
 
 // Whether a fused skinny_gemm call (one row, and a prologue, an epilogue or weights_ready: the

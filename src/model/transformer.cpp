@@ -462,6 +462,17 @@ bool Transformer::up_beside_out() const {
   return !late && attention_fills_wave_;
 }
 
+// Whether a fused decode step's gate|up and down GEMVs copy their second step of W into shared
+// memory before the wait (SkinnyFusion::stage_next), where attention's chunks fill a wave (as for
+// up_beside_out): on an H200 with llama-2-7b 0.6% faster at context 2048 and 0.8% at 8192; at
+// 512 (a part wave) 3% slower, so not there. The qkv GEMV (level) and the output GEMV (1.2%
+// slower; its staged blocks likely no longer fit beside attention's) do not stage
+// (seqlen_decode_experiments/stage_next). GPUBENCH_DECODE_STAGE=0 turns it off (A/B runs).
+bool Transformer::stage_mlp() const {
+  static const bool off = env_is("GPUBENCH_DECODE_STAGE", "0");
+  return !off && attention_fills_wave_;
+}
+
 // Whether decode attention may load the cache's earlier rows before the previous kernel ends
 // (AttentionArgs::cache_ready): in a captured step, where only earlier steps and the prefill,
 // all before the graph's launch, wrote them. Not in eager steps, where a programmatic launch
@@ -698,12 +709,17 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   // wave (up_beside_out).
   SkinnyFusion out_residual = residual;
   out_residual.late_dependents = decode && out_early() && !up_beside_out();
+  // The MLP's GEMVs stage their second step (SkinnyFusion::stage_next) where gate|up launches
+  // beside the output GEMV (stage_mlp).
+  up.stage_next = decode && stage_mlp();
+  SkinnyFusion down_residual = residual;
+  down_residual.stage_next = decode && stage_mlp();
   linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),
          r.rows, up_rows, H, stream, &up);
   linear("mlp_down", l, act_.get(), L.down_w, pitch(I), L.down_b, x_.get(), r.rows, H, I, stream,
-         &residual);
+         &down_residual);
 }
 
 void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t stream) {

@@ -1,6 +1,6 @@
 // The skinny GEMM (Y = X W^T + bias for 1..8 rows) against a host fp64 product of the same
-// rounded inputs: every row count 1..8 (rows 1..4 take the CUDA-core path, 1..2 with one W row
-// a warp and 3..4 with two; 5..8 the tensor-core path), bf16 and fp16, odd `out` (a partial
+// rounded inputs: every row count 1..8 (rows 1..2 take the CUDA-core path, 3..8 the tensor-core
+// path), bf16 and fp16, odd `out` (a partial
 // last tile or W row pair), `in` of 8 and not a multiple of either path's step, with and
 // without bias, more outputs than the persistent grid has warps; a run captured in a CUDA graph;
 // the argument checks; the fused norm prologues and epilogues (SkinnyFusion) against the host
@@ -376,10 +376,11 @@ TEST(SkinnyGemm, SharedTailGivesTheSameBits) {
     const std::string what = "out " + std::to_string(c.out) + " in " + std::to_string(c.in);
     Stream stream(kGpu);
     // One launch (or `graph_replays` replays of a graph holding `launches` of them) into y0.
-    auto run = [&](bool shared, int launches, int graph_replays) {
+    auto run = [&](bool shared, int launches, int graph_replays, bool staged = false) {
       DeviceBuffer dy = upload(y0.bits);
       SkinnyFusion g = f;
       g.shared_tail = shared;
+      g.stage_next = staged;
       auto gemm = [&](cudaStream_t s) {
         skinny_gemm(dx.get(), dw.get(), c.bias ? db.get() : nullptr, dy.get(), 1, c.out, c.in, dt,
                     s, g, ldw);
@@ -412,6 +413,9 @@ TEST(SkinnyGemm, SharedTailGivesTheSameBits) {
     EXPECT_FALSE(skinny_shared_tail_applies(1, c.out, c.in, probe)) << what;
     const std::vector<std::uint16_t> want = run(false, 1, 0);
     EXPECT_EQ(run(true, 3, 0), want) << what << ": three launches";
+    // SkinnyFusion::stage_next: the second step through shared memory, the same bits.
+    EXPECT_EQ(run(false, 1, 0, true), want) << what << ": staged";
+    EXPECT_EQ(run(true, 3, 0, true), want) << what << ": staged, shared tail, three launches";
     if (c.epi != SkinnyEpilogue::Residual)  // a graph's launches would add up in y
       EXPECT_EQ(run(true, 3, 2), want) << what << ": a graph of three, replayed twice";
     else
@@ -536,7 +540,7 @@ TEST(SkinnyGemm, Arguments) {
 }
 
 // Weight bandwidth of a 7B model's decode GEMMs (qkv, out, fused gate|up, down, LM head) for
-// 1, 2, 4 (CUDA-core path) and 8 rows (tensor-core path). Weights are rotated over more than 3x
+// 1, 2 (CUDA-core path), 3, 4 and 8 rows (tensor-core path). Weights are rotated over more than 3x
 // L2 so that every call reads HBM; the calls are replayed from a CUDA graph as in the engine, so
 // host launch costs do not count. Bandwidth = W bytes / time (X and Y are negligible).
 TEST(SkinnyGemm, ReportBandwidth) {
@@ -583,8 +587,8 @@ TEST(SkinnyGemm, ReportBandwidth) {
       std::printf("\n");
       EXPECT_GT(bw, 0);
     };
-    for (int rows : {1, 2, 4, 8})
-      report(rows, SkinnyFusion{}, rows <= 4 ? "cuda-core path" : "tensor-core path");
+    for (int rows : {1, 2, 3, 4, 8})
+      report(rows, SkinnyFusion{}, rows <= 2 ? "cuda-core path" : "tensor-core path");
     // One row through the fused kernel of a decode step (weights_ready: the first step loaded
     // before the wait for the previous call).
     SkinnyFusion f;

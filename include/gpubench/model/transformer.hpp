@@ -286,6 +286,10 @@ class Transformer {
   // its end: where decode attention's chunks fill a wave (attention_fills_wave_), unless
   // GPUBENCH_DECODE_UP=late.
   bool up_beside_out() const;
+  // Whether its gate|up and down GEMVs stage their second step of W in shared memory before the
+  // wait (SkinnyFusion::stage_next): where attention's chunks fill a wave, unless
+  // GPUBENCH_DECODE_STAGE=0.
+  bool stage_mlp() const;
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape
