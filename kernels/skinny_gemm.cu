@@ -240,9 +240,8 @@ __device__ __forceinline__ void load_w_step(const T* const (&wr)[RW], std::int64
 
 // CUDA-core path. ROWS: rows of X (1..2); RW: W rows a warp takes at once (1 or 2; the launcher
 // takes 1). Grid: at most kVecBlocksPerSm blocks per SM; warp `gw` of the grid takes W row groups
-// gw, gw + warps,
-// ... Lane L reads elements k0 + 256j + 8L of its rows (j < KU), so each load instruction of the
-// warp reads 512 contiguous bytes of a row.
+// gw, gw + warps, ... Lane L reads elements k0 + 256j + 8L of its rows (j < KU), so each load
+// instruction of the warp reads 512 contiguous bytes of a row.
 template <class T, int ROWS, int RW>
 __global__ void __launch_bounds__(kVecThreads, kVecBlocksPerSm)
     skinny_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
