@@ -871,12 +871,17 @@ template <class T, int KP, bool kNorm, bool kPair, int NT = kVecThreads>
 void launch_split_kernel(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                          std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, int blocks,
                          int cap, cudaStream_t stream) {
-  if (f.stage_next && f.weights_ready)
-    launch_split_instance<T, KP, kNorm, kPair, NT, true>(x, w, bias, y, out, in, ldw, f, blocks,
-                                                         cap, stream);
-  else
-    launch_split_instance<T, KP, kNorm, kPair, NT, false>(x, w, bias, y, out, in, ldw, f, blocks,
-                                                          cap, stream);
+  // Staged instances only where the engine asks for them (gate|up: the norm and row pairs; down:
+  // neither; both on 256-thread blocks), to keep the file's compile time down.
+  if constexpr (NT == kVecThreads && kNorm == kPair) {
+    if (f.stage_next && f.weights_ready) {
+      launch_split_instance<T, KP, kNorm, kPair, NT, true>(x, w, bias, y, out, in, ldw, f, blocks,
+                                                           cap, stream);
+      return;
+    }
+  }
+  launch_split_instance<T, KP, kNorm, kPair, NT, false>(x, w, bias, y, out, in, ldw, f, blocks, cap,
+                                                        stream);
 }
 
 // The block-split kernel's launch for one fused GEMV: x's pieces a thread (KP), blocks and rows a

@@ -73,9 +73,11 @@ struct SkinnyFusion {
   // launches apart (a captured graph keeps the pairs it was given). The decode step's gate|up GEMV
   // uses it.
   bool shared_tail = false;
-  // With one row of X, on the block-split kernel with weights_ready: each block also copies its
-  // second step of W rows into shared memory before the wait (cp.async), so that two steps are
-  // on their way while the previous kernel ends and x arrives.
+  // With one row of X, on the block-split kernel's 256-thread blocks with weights_ready, for a
+  // GEMV with both the RMSNorm and SwiGLU's row pairs or neither (the decode step's gate|up and
+  // down GEMVs; others ignore it): each block also copies its second step of W rows into shared
+  // memory before the wait (cp.async), so that two steps are on their way while the previous
+  // kernel ends and x arrives. The same bits as without.
   bool stage_next = false;
 };
 

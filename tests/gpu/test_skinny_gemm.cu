@@ -413,7 +413,8 @@ TEST(SkinnyGemm, SharedTailGivesTheSameBits) {
     EXPECT_FALSE(skinny_shared_tail_applies(1, c.out, c.in, probe)) << what;
     const std::vector<std::uint16_t> want = run(false, 1, 0);
     EXPECT_EQ(run(true, 3, 0), want) << what << ": three launches";
-    // SkinnyFusion::stage_next: the second step through shared memory, the same bits.
+    // SkinnyFusion::stage_next: the second step through shared memory, the same bits (the wide
+    // qkv case ignores it).
     EXPECT_EQ(run(false, 1, 0, true), want) << what << ": staged";
     EXPECT_EQ(run(true, 3, 0, true), want) << what << ": staged, shared tail, three launches";
     if (c.epi != SkinnyEpilogue::Residual)  // a graph's launches would add up in y
