@@ -713,7 +713,7 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   // beside the output GEMV (stage_mlp).
   up.stage_next = decode && stage_mlp();
   SkinnyFusion down_residual = residual;
-  down_residual.stage_next = decode && stage_mlp();
+  down_residual.stage_next = up.stage_next;
   linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),

@@ -1,11 +1,11 @@
 // The skinny GEMM (Y = X W^T + bias for 1..8 rows) against a host fp64 product of the same
 // rounded inputs: every row count 1..8 (rows 1..2 take the CUDA-core path, 3..8 the tensor-core
-// path), bf16 and fp16, odd `out` (a partial
-// last tile or W row pair), `in` of 8 and not a multiple of either path's step, with and
-// without bias, more outputs than the persistent grid has warps; a run captured in a CUDA graph;
-// the argument checks; the fused norm prologues and epilogues (SkinnyFusion) against the host
-// with the roundings of the separate kernels. A last test prints the weight-streaming bandwidth
-// of a 7B model's decode GEMMs (no bound asserted: it is for the record).
+// path), bf16 and fp16, odd `out` (a partial last tile or W row pair), `in` of 8 and not a
+// multiple of either path's step, with and without bias, more outputs than the persistent grid has
+// warps; a run captured in a CUDA graph; the argument checks; the fused norm prologues and
+// epilogues (SkinnyFusion) against the host with the roundings of the separate kernels. A last test
+// prints the weight-streaming bandwidth of a 7B model's decode GEMMs (no bound asserted: it is for
+// the record).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
