@@ -118,6 +118,12 @@ void sum_slots(void* inout, const void* slots, int count, std::int64_t slot_stri
 void embedding_lookup(void* out, const void* table, const std::int32_t* token_ids,
                       std::int64_t tokens, int hidden, const void* position_table,
                       const std::int32_t* positions, ActDtype dtype, cudaStream_t stream);
+// A step's embedding and its positions in one kernel: batch x tokens rows, row b * tokens + t at
+// position pos0 + t, written to positions_out[b * tokens + t] (as fill_positions does) and, with
+// a position table, added from it.
+void embedding_step(void* out, const void* table, const std::int32_t* token_ids, int batch,
+                    int tokens, int hidden, const void* position_table, int pos0,
+                    std::int32_t* positions_out, ActDtype dtype, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic weights and inputs

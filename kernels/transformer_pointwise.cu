@@ -142,11 +142,17 @@ __global__ void swiglu_kernel(T* out, const T* gate_up, std::int64_t tokens, int
   }
 }
 
+// With positions_out: row t's position is pos0 + t % seq_tokens, written to positions_out[t]
+// (the step's positions, for the kernels after it) instead of read from `positions`.
 template <class T, int V>
 __global__ void embedding_kernel(T* out, const T* table, const std::int32_t* token_ids,
                                  std::int64_t tokens, int hidden, const T* position_table,
-                                 const std::int32_t* positions) {
+                                 const std::int32_t* positions, std::int32_t* positions_out,
+                                 int seq_tokens, int pos0) {
   pdl_start();
+  if (positions_out != nullptr)
+    for (std::int64_t i = thread_index(); i < tokens; i += grid_threads())
+      positions_out[i] = pos0 + static_cast<int>(i % seq_tokens);
   const std::int64_t per_row = hidden / V;
   for (std::int64_t i = thread_index(); i < tokens * per_row; i += grid_threads()) {
     const std::int64_t t = i / per_row;
@@ -155,7 +161,9 @@ __global__ void embedding_kernel(T* out, const T* table, const std::int32_t* tok
     load<V>(table + static_cast<std::int64_t>(token_ids[t]) * hidden + j, x);
     if (position_table != nullptr) {
       float p[V];
-      load<V>(position_table + static_cast<std::int64_t>(positions[t]) * hidden + j, p);
+      const std::int64_t pos = positions_out != nullptr ? pos0 + t % seq_tokens
+                                                        : static_cast<std::int64_t>(positions[t]);
+      load<V>(position_table + pos * hidden + j, p);
 #pragma unroll
       for (int k = 0; k < V; ++k) x[k] += p[k];
     }
@@ -436,13 +444,12 @@ void add_bias(void* inout, const void* bias, std::int64_t rows, int cols, ActDty
   GPB_CHECK_LAUNCH();
 }
 
-void embedding_lookup(void* out, const void* table, const std::int32_t* token_ids,
+namespace {
+
+void launch_embedding(void* out, const void* table, const std::int32_t* token_ids,
                       std::int64_t tokens, int hidden, const void* position_table,
-                      const std::int32_t* positions, ActDtype dtype, cudaStream_t stream) {
-  if (tokens <= 0 || hidden <= 0) return;
-  if (position_table != nullptr && positions == nullptr) {
-    throw InputError("embedding_lookup: a position table needs positions");
-  }
+                      const std::int32_t* positions, std::int32_t* positions_out, int seq_tokens,
+                      int pos0, ActDtype dtype, cudaStream_t stream) {
   const bool vec = hidden % kVec == 0 && aligned16(out) && aligned16(table) &&
                    (!position_table || aligned16(position_table));
   dispatch(dtype, [&](auto tag) {
@@ -453,13 +460,35 @@ void embedding_lookup(void* out, const void* table, const std::int32_t* token_id
     const std::int64_t n = tokens * hidden;
     if (vec) {
       launch_pdl(embedding_kernel<T, kVec>, grid_for(n / kVec), kThreads, 0, stream, o, tab,
-                 token_ids, tokens, hidden, pos_tab, positions);
+                 token_ids, tokens, hidden, pos_tab, positions, positions_out, seq_tokens, pos0);
     } else {
       launch_pdl(embedding_kernel<T, 1>, grid_for(n), kThreads, 0, stream, o, tab, token_ids,
-                 tokens, hidden, pos_tab, positions);
+                 tokens, hidden, pos_tab, positions, positions_out, seq_tokens, pos0);
     }
   });
   GPB_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void embedding_lookup(void* out, const void* table, const std::int32_t* token_ids,
+                      std::int64_t tokens, int hidden, const void* position_table,
+                      const std::int32_t* positions, ActDtype dtype, cudaStream_t stream) {
+  if (tokens <= 0 || hidden <= 0) return;
+  if (position_table != nullptr && positions == nullptr) {
+    throw InputError("embedding_lookup: a position table needs positions");
+  }
+  launch_embedding(out, table, token_ids, tokens, hidden, position_table, positions, nullptr, 1, 0,
+                   dtype, stream);
+}
+
+void embedding_step(void* out, const void* table, const std::int32_t* token_ids, int batch,
+                    int tokens, int hidden, const void* position_table, int pos0,
+                    std::int32_t* positions_out, ActDtype dtype, cudaStream_t stream) {
+  if (batch <= 0 || tokens <= 0 || hidden <= 0) return;
+  if (positions_out == nullptr) throw InputError("embedding_step: needs the positions' buffer");
+  launch_embedding(out, table, token_ids, static_cast<std::int64_t>(batch) * tokens, hidden,
+                   position_table, nullptr, positions_out, tokens, pos0, dtype, stream);
 }
 
 void fill_weight(void* ptr, std::int64_t rows, int cols, std::int64_t row0, std::int64_t col0,

@@ -582,10 +582,13 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
     // Every rank embeds every row; with sequence parallelism it then keeps only its own. A later
     // pipeline stage starts from input_hidden() instead.
     OpScope scope(observer_, "embedding", -1, stream);
-    fill_positions(positions_.as<std::int32_t>(), batch, tokens, pos0, stream);
+    // One kernel writes the positions and the embedding (a separate positions kernel cost about
+    // 3 us a decode step).
     if (opts_.embed)
-      embedding_lookup(x_.get(), embed_, ids, rows, static_cast<int>(H), positions_w_,
-                       positions_w_ ? positions_.as<std::int32_t>() : nullptr, opts_.dtype, stream);
+      embedding_step(x_.get(), embed_, ids, batch, tokens, static_cast<int>(H), positions_w_, pos0,
+                     positions_.as<std::int32_t>(), opts_.dtype, stream);
+    else
+      fill_positions(positions_.as<std::int32_t>(), batch, tokens, pos0, stream);
   }
   const std::vector<Rows> chunks = step_chunks(batch, tokens, pos0, decode, seq0);
   last_chunks_ = static_cast<int>(chunks.size());

@@ -568,6 +568,31 @@ TEST(TransformerPointwise, EmbeddingLookup) {
         embedding_lookup(dout.get(), dtable.get(), dids.as<std::int32_t>(), tokens, hidden,
                          dpos_table.get(), dpos.as<std::int32_t>(), d, nullptr);
         EXPECT_EQ(download(dout.get(), n), rounded_sum(d, rows, pos_rows)) << "with positions";
+
+        // embedding_step: the same rows from positions it writes itself (pos0 + t % seq_tokens),
+        // equal to fill_positions' and to a lookup at those positions.
+        for (int batch : {1, 2, 7}) {
+          if (tokens % batch != 0) continue;
+          const int seq_tokens = static_cast<int>(tokens / batch), pos0 = 5;
+          std::vector<std::int32_t> step_pos(tokens);
+          for (std::int64_t t = 0; t < tokens; ++t)
+            step_pos[t] = pos0 + static_cast<std::int32_t>(t % seq_tokens);
+          DeviceBuffer dstep_pos = upload(step_pos), dwritten(kGpu, tokens * 4),
+                       dwant(kGpu, tokens * hidden * 2);
+          GPB_CUDA_CHECK(cudaMemset(dwritten.get(), 0xff, dwritten.bytes()));
+          embedding_lookup(dwant.get(), dtable.get(), dids.as<std::int32_t>(), tokens, hidden,
+                           dpos_table.get(), dstep_pos.as<std::int32_t>(), d, nullptr);
+          embedding_step(dout.get(), dtable.get(), dids.as<std::int32_t>(), batch, seq_tokens,
+                         hidden, dpos_table.get(), pos0, dwritten.as<std::int32_t>(), d, nullptr);
+          EXPECT_EQ(download(dout.get(), n), download(dwant.get(), n)) << "step, batch " << batch;
+          std::vector<std::int32_t> written(tokens);
+          GPB_CUDA_CHECK(
+              cudaMemcpy(written.data(), dwritten.get(), tokens * 4, cudaMemcpyDeviceToHost));
+          EXPECT_EQ(written, step_pos) << "step positions, batch " << batch;
+          embedding_step(dout.get(), dtable.get(), dids.as<std::int32_t>(), batch, seq_tokens,
+                         hidden, nullptr, pos0, dwritten.as<std::int32_t>(), d, nullptr);
+          EXPECT_EQ(download(dout.get(), n), rows) << "step without a position table";
+        }
       }
 }
 
