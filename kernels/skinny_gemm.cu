@@ -589,13 +589,12 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
   // The step's W rows: groups s.., rows past the block's range zeros.
   // fn(i, j, ok, p) for piece j of each row i of the step at groups s..: p its address, ok
   // whether the row is below `bound` and the thread holds piece j. Through this one helper ptxas
-  // steps each row's pointer by ldw's bytes, where with the loops written out it re-read W's
-  // base from the constant bank and shifted a row offset for each load (the loop of a step 8%
-  // shorter: 431 instead of 469 instructions for the output GEMV), and the
-  // decode step at context 2048 runs 2% faster on an H200 than with the loops written out in
-  // load_step and stage_step (seqlen_decode_experiments/each_piece). Skipping the zero fill
-  // and the row tests of full steps made it 2.5% slower again (same folder): check the
-  // step's time after any change here.
+  // steps each row's pointer by ldw's bytes, where with the loops written out in load_step and
+  // stage_step it re-read W's base from the constant bank and shifted a row offset for each load:
+  // the loop of a step is 8% shorter (431 instead of 469 instructions for the output GEMV) and the
+  // decode step at context 2048 2% faster on an H200 (seqlen_decode_experiments/each_piece).
+  // Skipping the zero fill and the row tests of full steps made it 2.5% slower again (same
+  // folder): time the step after any change here.
   auto each_piece = [&](std::int64_t s, std::int64_t bound, auto&& fn) {
 #pragma unroll
     for (int i = 0; i < RS; ++i) {
