@@ -43,7 +43,10 @@ struct AttentionArgs {
   // Decode only: the merge kernel lets the next kernel on the stream launch at the merge's start
   // (programmatic dependent launch), so that a next kernel whose weights do not depend on
   // attention (the fused decode step's output GEMV) loads them while attention runs. It still
-  // reads attention's output only after the merge.
+  // reads attention's output only after the merge. The split kernel lets the merge kernel, and
+  // through it the next kernel, launch only once each block has 8 steps of its chunk left (at its
+  // start for chunks of at most 8 steps): long chunks then have the next kernel load its first
+  // rows in attention's second half rather than beside all of it.
   bool merge_launches_next = false;
   // Decode only: the cache rows before q_pos0 are not written by any kernel that may still run on
   // the stream (in a captured decode step only earlier steps and the prefill wrote them, before
@@ -52,12 +55,6 @@ struct AttentionArgs {
   // The new row, q and everything else are read after the wait. Leave false right after writing
   // the caches' earlier rows on the stream.
   bool cache_ready = false;
-  // Decode only, with merge_launches_next: the split kernel lets the merge kernel, and through
-  // it the next kernel, launch only once each block has 8 steps of its chunk left (at its start
-  // for chunks of at most 8 steps). Long chunks (16 steps at context 8192 for a 7B model) then
-  // have the output GEMV load its first rows in attention's second half rather than beside all
-  // of it.
-  bool delay_next_launch = false;
 };
 
 // `a` with its defaults filled in: strides from the head counts, scale 1/sqrt(head_dim).

@@ -11,7 +11,7 @@
 // first, rotated by RoPE where asked, and every block rotates its queries as it loads them: RoPE
 // and the cache write need no kernel of their own. With AttentionArgs::cache_ready, the blocks
 // whose chunk ends before that position fill their first ring stages before waiting for the
-// previous kernel. With AttentionArgs::delay_next_launch, the blocks of long chunks let the merge
+// previous kernel. With AttentionArgs::merge_launches_next, the blocks of long chunks let the merge
 // kernel (and through it the next kernel) launch part-way through their chunk.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -79,7 +79,7 @@ struct DecodeParams {
   double log2_theta;
   bool merge_launches_next;  // AttentionArgs::merge_launches_next
   bool cache_ready;          // AttentionArgs::cache_ready
-  bool delay_next;           // AttentionArgs::delay_next_launch
+  bool delay_next;           // with merge_launches_next: the launch lead below
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -125,8 +125,8 @@ __device__ __forceinline__ uint4 rope_lane(const uint4& v, int li, const float (
   return pack8<T>(y);
 }
 
-// AttentionArgs::delay_next_launch: the split kernel's blocks let the merge kernel launch once
-// they have this many steps of their chunk left (at their start for shorter chunks).
+// With AttentionArgs::merge_launches_next, the split kernel's blocks let the merge kernel launch
+// once they have this many steps of their chunk left (at their start for shorter chunks).
 constexpr int kLaunchLead = 8;
 
 // Blocks per SM an instance is built for: the single-head instance with a launch lead keeps the
@@ -138,7 +138,7 @@ constexpr int min_blocks(int hb, int lead) {
 
 // Grid: x = (b * kv_heads + g) * hsub + sub (sub: which HB-head slice of the group), y = chunk.
 // Dynamic shared memory: kStageBytes, the cp.async ring, reused for the final merge. LEAD: 0, or
-// kLaunchLead for AttentionArgs::delay_next_launch.
+// kLaunchLead with AttentionArgs::merge_launches_next.
 template <class T, int D, int HB, int LEAD>
 __global__ void __launch_bounds__(kThreads, min_blocks(HB, LEAD))
     decode_split_kernel(const DecodeParams p) {
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(HB, LEAD))
   };
   // With cache_ready, a block whose chunk ends before the new position reads only rows that no
   // kernel still running writes: its first steps load before the wait, while the previous kernel
-  // drains (an H200's batch-1 llama-2-7b decode step 0.5-1.0% faster).
+  // drains (measured faster on Hopper: docs/DECISIONS.md).
   const bool early = p.cache_ready && end <= pos;
   if (early) {
 #pragma unroll
@@ -434,11 +434,9 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
 // programmatic dependent of the split kernel where the device allows: it waits for the split
 // kernel's results (griddepcontrol.wait) instead of for its own launch. With
 // merge_launches_next it lets the next kernel launch at its start, before its wait: the fused
-// decode step's output GEMV then loads its first weights beside the split kernel. That paid on
-// an H200 only with the output GEMV holding back its own dependents (SkinnyFusion::
-// late_dependents): 1.0-1.6% faster; with gate|up launching beside the output GEMV it was 1-5%
-// slower, and triggering after the wait instead up to 18% slower
-// (seqlen_decode_experiments/out_projection).
+// decode step's output GEMV then loads its first weights beside the split kernel (which pays
+// only with that GEMV holding back its own dependents, SkinnyFusion::late_dependents, or with
+// the MLP staged behind it: Transformer::fused_layer).
 template <class T, int D>
 __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
   constexpr int C = D / 4;              // float4 columns
@@ -454,7 +452,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int c = threadIdx.x % C, slice = threadIdx.x / C;
   const float4* o = reinterpret_cast<const float4*>(p.ws_o + bh * splits * D) + c;
   // The thread's first 4 chunk outputs are loaded before the weights, so that their L2 round
-  // trip overlaps the reductions' (a decode step 0.2-0.3% faster on an H200).
+  // trip overlaps the reductions'.
   float4 first[4];
 #pragma unroll
   for (int u = 0; u < 4; ++u)
@@ -532,8 +530,8 @@ void launch(const DecodeParams& p0, int batch, cudaStream_t stream) {
                   static_cast<unsigned>(p.splits));
   // The ring wants several blocks' 48 KiB per SM: ask for the largest shared-memory carveout
   // (a host-side attribute of the current device's function, cheap to set on every call).
-  auto* kernel = p.delay_next ? decode_split_kernel<T, D, HB, kLaunchLead>
-                              : decode_split_kernel<T, D, HB, 0>;
+  auto* kernel =
+      p.delay_next ? decode_split_kernel<T, D, HB, kLaunchLead> : decode_split_kernel<T, D, HB, 0>;
   GPB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   launch_pdl(kernel, grid, kThreads, kStageBytes, stream, p);
@@ -646,7 +644,7 @@ void decode_attention(const AttentionArgs& args, int splits, void* workspace, cu
   p.v_new = a.v_new;
   p.merge_launches_next = a.merge_launches_next;
   p.cache_ready = a.cache_ready;
-  p.delay_next = a.merge_launches_next && a.delay_next_launch;
+  p.delay_next = a.merge_launches_next;
   const bool bf16 = a.dtype == AttnDtype::BF16;
   if (a.head_dim == 128)
     bf16 ? launch_heads<__nv_bfloat16, 128>(p, a.batch, stream)

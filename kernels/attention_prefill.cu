@@ -8,7 +8,7 @@
 //
 // Why Q stays in shared memory for head_dim 128: O (128 fp32) + S (64 fp32) per thread already
 // use most of the 255 registers, and 32 rows per warp halve the shared-memory reads per MMA
-// compared with 16 rows and Q in registers, which matters more on H100. At head_dim 64 there is
+// compared with 16 rows and Q in registers, which matters more on Hopper. At head_dim 64 there is
 // room, and Q fragments are loaded into registers once.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -34,10 +34,10 @@ struct FillOp {
 };
 
 // out[i] = f(in0[i], in1[i]) with NIN inputs (0..2). One 16-byte vector per thread over an exact
-// grid of 1024-thread blocks: measured on H100 this beats a persistent grid-stride loop by 6-8%
-// on copy (3.04 vs 2.84 TB/s) because every block issues its loads once and retires, keeping the
-// memory system's queues full without loop overhead. The elements past the last whole vector go
-// one per thread in the first threads.
+// grid of 1024-thread blocks rather than a persistent grid-stride loop (measured faster on Hopper:
+// docs/DECISIONS.md): every block issues its loads once and retires, keeping the memory system's
+// queues full without loop overhead. The elements past the last whole vector go one per thread in
+// the first threads.
 constexpr int kElementwiseBlock = 1024;
 
 template <class T, int L, int NIN, class F>

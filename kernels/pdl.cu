@@ -1,14 +1,12 @@
 // The host side of programmatic dependent launch (pdl.cuh): which launches may use it.
 #include <atomic>
 
-#include "gpubench/core/env.hpp"
 #include "pdl.cuh"
 
 namespace gpubench {
 
 bool pdl_allowed(cudaStream_t stream) {
-  static const bool disabled = env_is("GPUBENCH_NO_PDL", "1");
-  if (disabled || stream == nullptr) return false;
+  if (stream == nullptr) return false;
   static std::atomic<int> cache[64];  // per device: 0 not asked yet, 1 no, 2 yes
   int dev = 0;
   GPB_CUDA_CHECK(cudaGetDevice(&dev));

@@ -5,8 +5,8 @@
 // griddepcontrol.wait until the previous grid has completed and its writes are visible, so
 // results are exactly those of plain stream order; what is saved is the launch gap and the
 // ramp-up between kernels (a decode step is ~10 short kernels per layer). Without the launch
-// attribute (older GPUs, the legacy default stream, GPUBENCH_NO_PDL=1) both instructions are
-// no-ops. CUDA graphs keep the programmatic edges.
+// attribute (older GPUs, the legacy default stream) both instructions are no-ops. CUDA graphs keep
+// the programmatic edges.
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -38,7 +38,7 @@ __device__ __forceinline__ void pdl_start() {
 #endif
 
 // Whether launches on `stream` use the attribute: the current device is sm_90 or newer, the
-// stream is not the legacy default stream and GPUBENCH_NO_PDL is not set to 1.
+// stream is not the legacy default stream.
 bool pdl_allowed(cudaStream_t stream);
 
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where

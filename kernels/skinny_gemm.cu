@@ -12,22 +12,22 @@
 // blocks per SM, each warp looping over its W rows), so every SM has work from the start and
 // there is no partial last wave of blocks.
 //
-// Rows 3..8 (tensor cores; from 3 rows on an H200 they stream W faster than the CUDA-core
-// kernel, 11-15% at 4 rows: seqlen_decode_experiments/batch_rows): a block owns 16 outputs (W
-// rows); its 4 warps take turns over `in` in steps of 64 elements. In a step, lane (g, t) of a warp
-// (g = lane/4, t = lane%4) copies 16 bytes of W rows g and g+8 at k = 32j + 8t (j = 0, 1) and the
-// same 16 bytes of X row g into its own slots of a shared-memory ring (cp.async), kStages-1 steps
-// ahead of the step it multiplies: the loads stay in flight without registers, and the 4 warps read
-// 512 contiguous bytes of each row per turn. Two mma.m16n8k16 per piece take the pieces as they
-// are: the A fragment of lane (g, t) holds rows g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B
-// fragment X row g at the same slots, so mapping those slots to 4 consecutive k of the lane (the
-// same map in every lane) keeps A and B consistent; the sum over k does not care about the order.
-// Rows past `rows` multiply zeros. The warps' partial sums meet in shared memory.
+// Rows 3..8 (tensor cores; from 3 rows they stream W faster than the CUDA-core kernel, measured
+// on Hopper: docs/DECISIONS.md): a block owns 16 outputs (W rows); its 4 warps take turns over `in`
+// in steps of 64 elements. In a step, lane (g, t) of a warp (g = lane/4, t = lane%4) copies 16
+// bytes of W rows g and g+8 at k = 32j + 8t (j = 0, 1) and the same 16 bytes of X row g into its
+// own slots of a shared-memory ring (cp.async), kStages-1 steps ahead of the step it multiplies:
+// the loads stay in flight without registers, and the 4 warps read 512 contiguous bytes of each row
+// per turn. Two mma.m16n8k16 per piece take the pieces as they are: the A fragment of lane (g, t)
+// holds rows g, g+8 at k-slots 2t, 2t+1, 2t+8, 2t+9 and the B fragment X row g at the same slots,
+// so mapping those slots to 4 consecutive k of the lane (the same map in every lane) keeps A and B
+// consistent; the sum over k does not care about the order. Rows past `rows` multiply zeros. The
+// warps' partial sums meet in shared memory.
 //
 // One row with a SkinnyFusion: an RMSNorm prologue and a residual / activation / SwiGLU epilogue,
 // the kernels of a batch-1 decode step. split_gemv_kernel (the default where x fits in its
 // registers: `in` up to 12288, 8192 with the norm) splits `in` over a block's warps and keeps x in
-// registers; fused_gemv_kernel (the rest, and GPUBENCH_FUSED_GEMV=warp) is the CUDA-core stream
+// registers; fused_gemv_kernel (the rest) is the CUDA-core stream
 // above with one warp a row (or gate/up pair) and x read through L1.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,7 +39,6 @@
 
 #include "device_common.cuh"
 #include "gpubench/core/cuda.hpp"
-#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "pdl.cuh"
 #include "skinny_gemm.cuh"
@@ -359,19 +358,19 @@ __device__ __forceinline__ void group_rows(const T* w, std::int64_t grp, std::in
 }
 
 // Blocks per SM of the fused kernel, which __launch_bounds__ gives up to 128 registers a thread:
-// two (16 warps, 64 KiB of W in flight per SM at 4 KiB steps) ran a llama-2-7b decode step
-// faster than three at 80 registers, the unfused kernel's shape.
+// two (16 warps, 64 KiB of W in flight per SM at 4 KiB steps, more than HBM needs) leave the
+// registers for the prologue, the epilogue and wider steps; measured faster on Hopper than three
+// at 80 registers, the unfused kernel's shape (docs/DECISIONS.md).
 constexpr int kFusedBlocksPerSm = 2;
 // 16-byte pieces of W per lane and step of the fused kernel (8 KiB of W a warp per step, twice
-// kVecPieces), with the balanced grid: a llama-2-7b decode step ran 0.7-1.6% faster on an H200.
+// kVecPieces), with the balanced grid: measured faster on Hopper (docs/DECISIONS.md).
 constexpr int kFusedWidePieces = 16;
 
 // The fused GEMV of a decode step with one row of X (SkinnyFusion): the CUDA-core kernel's
 // stream of W (warps over W rows, PIECES 16-byte pieces of a row per lane and step), with
 // RW = 2 for SwiGlu (the gate row g and the up row g + out/2 together), and for the RMSNorm
 // prologue without an epilogue (rows g and g + out/2, two plain outputs: 16 pieces a step where
-// the one-row kernel with the prologue has registers for 8; a 7B model's qkv 27.5 -> 26 us timed
-// alone on an H200), and
+// the one-row kernel with the prologue has registers for 8), and
 // - kNorm, the RMSNorm prologue: the product of a W row with rms_norm(x) * nw is
 //   rstd * sum_k W[k] (x[k] nw[k]), rstd = 1 / sqrt(mean(x^2) + eps). Each warp reads all of x
 //   for its rows anyway, so it sums x^2 on the way in its first group (the same bits as in every
@@ -470,21 +469,20 @@ __global__ void __launch_bounds__(kVecThreads, kFusedBlocksPerSm)
     group(grp, first_step, std::false_type{});
 }
 
-// The block-split fused GEMV (one row of X), the default where x fits in registers: a block's
-// 8 warps split `in` instead of the rows, so that each thread loads its share of x once (after
-// the wait for the previous kernel) and keeps it in registers for every W row of the block, where
-// the warp-per-row kernel above reads all of x from L1 again for every row group (on an H200 that
-// re-reading cost ~0.2 ms of a 7B model's decode step, the arithmetic next to nothing). Thread
-// `tid` of the block holds x's 16-byte pieces tid + 256j (j < KP), and with each W row of the
-// block it multiplies the same pieces of that row: each load instruction of a warp reads 512
-// contiguous bytes, the block 4 KiB. A step takes split_rows(KP) rows (8 KiB of W a warp in
-// flight, as the warp-per-row kernel); the warp sums its lanes' products of the step's rows with
-// one transposing butterfly (lane L ends with row L / (32 / rows)) and puts them in shared
-// memory, and once the block's rows are done its threads add the 8 warps' sums in a fixed order
-// (deterministic) and apply the norm's rstd (x^2 summed the same way), bias and epilogue. Each
-// block takes a contiguous range of row groups (kPair: gate row g with up row g + out/2), ranges
-// differing by at most one group; its first step's W is loaded before the wait with
-// weights_ready.
+// The block-split fused GEMV (one row of X), the default where x fits in registers: a block's 8
+// warps split `in` instead of the rows, so that each thread loads its share of x once (after the
+// wait for the previous kernel) and keeps it in registers for every W row of the block, where the
+// warp-per-row kernel above reads all of x from L1 again for every row group (that re-reading costs
+// measurable time, where the arithmetic costs next to nothing). Thread `tid` of the block holds x's
+// 16-byte pieces tid + 256j (j < KP), and with each W row of the block it multiplies the same
+// pieces of that row: each load instruction of a warp reads 512 contiguous bytes, the block 4 KiB.
+// A step takes split_rows(KP) rows (8 KiB of W a warp in flight, as the warp-per-row kernel); the
+// warp sums its lanes' products of the step's rows with one transposing butterfly (lane L ends with
+// row L / (32 / rows)) and puts them in shared memory, and once the block's rows are done its
+// threads add the 8 warps' sums in a fixed order (deterministic) and apply the norm's rstd (x^2
+// summed the same way), bias and epilogue. Each block takes a contiguous range of row groups
+// (kPair: gate row g with up row g + out/2), ranges differing by at most one group; its first
+// step's W is loaded before the wait with weights_ready.
 constexpr int split_rows(int pieces) {
   return pieces == 1 ? 16 : pieces == 2 ? 8 : pieces <= 4 ? 4 : 2;
 }
@@ -588,13 +586,11 @@ __global__ void __launch_bounds__(NT, NT == kVecThreads ? kFusedBlocksPerSm : 1)
 
   // The step's W rows: groups s.., rows past the block's range zeros.
   // fn(i, j, ok, p) for piece j of each row i of the step at groups s..: p its address, ok
-  // whether the row is below `bound` and the thread holds piece j. Through this one helper ptxas
-  // steps each row's pointer by ldw's bytes, where with the loops written out in load_step and
-  // stage_step it re-read W's base from the constant bank and shifted a row offset for each load:
-  // the loop of a step is 8% shorter (431 instead of 469 instructions for the output GEMV) and the
-  // decode step at context 2048 2% faster on an H200 (seqlen_decode_experiments/each_piece).
-  // Skipping the zero fill and the row tests of full steps made it 2.5% slower again (same
-  // folder): time the step after any change here.
+  // whether the row is below `bound` and the thread holds piece j. Through this one helper the
+  // compiler steps each row's pointer by ldw's bytes; with the loops written out in load_step and
+  // stage_step it re-reads W's base from the constant bank and shifts a row offset for each load,
+  // a longer loop (measured slower on Hopper: docs/DECISIONS.md). The zero fill and the row tests
+  // stay on full steps too: skipping them measured slower. Time the step after any change here.
   auto each_piece = [&](std::int64_t s, std::int64_t bound, auto&& fn) {
 #pragma unroll
     for (int i = 0; i < RS; ++i) {
@@ -785,16 +781,6 @@ void launch_vec(const void* x, const void* w, const void* bias, void* y, std::in
   GPB_CHECK_LAUNCH();
 }
 
-// GPUBENCH_FUSED_GEMV=narrow: the warp-per-row kernel as it was before the balanced grid and the
-// wide steps (every SM's share of blocks, kVecPieces a step); =warp: the warp-per-row kernel
-// where the block-split one would run. For A/B runs of a decode step; read at every launch.
-bool fused_gemv_narrow() {
-  return env_is("GPUBENCH_FUSED_GEMV", "narrow");
-}
-bool fused_gemv_warp() {
-  return fused_gemv_narrow() || env_is("GPUBENCH_FUSED_GEMV", "warp");
-}
-
 // SkinnyFusion::shared_tail: the share of a block's steps it takes as its own (the rest from the
 // pool), and the counter pairs, handed out in turn across every instance: each pair is left at
 // zero by its kernel's last block, so only kernels kTailPairs launches apart share one.
@@ -923,7 +909,6 @@ SplitGrid wide_grid(std::int64_t out, std::int64_t in, bool pair) {
 template <class T, bool kNorm, bool kPair>
 bool launch_split(const void* x, const void* w, const void* bias, void* y, std::int64_t out,
                   std::int64_t in, std::int64_t ldw, const SkinnyFusion& f, cudaStream_t stream) {
-  if (fused_gemv_warp()) return false;
   if (f.wide_block) {
     const SplitGrid g = wide_grid(out, in, kPair);
     const int b = g.blocks, c = g.cap;
@@ -977,22 +962,17 @@ void launch_fused_kernel(const void* x, const void* w, const void* bias, void* y
   const std::int64_t wanted = (groups + kVecWarps - 1) / kVecWarps;
   std::int64_t blocks =
       std::min<std::int64_t>(wanted, static_cast<std::int64_t>(sm_count()) * kFusedBlocksPerSm);
-  const bool narrow = fused_gemv_narrow();
-  if (!narrow) {
-    // Balanced: as few blocks as keep every warp's count of row groups what the full grid gives
-    // the busiest warp (gate|up of a 7B model: 11008 pairs over 2112 warps leave 448 warps a
-    // 6th pair while the rest are done; 230 blocks give 1808 of their 1840 warps 6 pairs).
-    const std::int64_t per_warp = (groups + blocks * kVecWarps - 1) / (blocks * kVecWarps);
-    blocks = (groups + per_warp * kVecWarps - 1) / (per_warp * kVecWarps);
-  }
+  // Balanced: as few blocks as keep every warp's count of row groups what the full grid gives
+  // the busiest warp (gate|up of a 7B model: 11008 pairs over 2112 warps leave 448 warps a 6th
+  // pair while the rest are done; 230 blocks give 1808 of their 1840 warps 6 pairs).
+  const std::int64_t per_warp = (groups + blocks * kVecWarps - 1) / (blocks * kVecWarps);
+  blocks = (groups + per_warp * kVecWarps - 1) / (per_warp * kVecWarps);
   // kFusedWidePieces a step where the kernel has registers for them (not the RMSNorm one-row
   // kernel, which would spill).
-  auto kernel = fused_gemv_kernel<T, RW, kNorm, kVecPieces>;
-  if constexpr (!(RW == 1 && kNorm))
-    if (!narrow) kernel = fused_gemv_kernel<T, RW, kNorm, kFusedWidePieces>;
-  launch_pdl(kernel, static_cast<unsigned>(blocks), kVecThreads, 0, stream,
-             static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
-             static_cast<T*>(y), out, in, ldw, f);
+  constexpr int kPieces = RW == 1 && kNorm ? kVecPieces : kFusedWidePieces;
+  launch_pdl(fused_gemv_kernel<T, RW, kNorm, kPieces>, static_cast<unsigned>(blocks), kVecThreads,
+             0, stream, static_cast<const T*>(x), static_cast<const T*>(w),
+             static_cast<const T*>(bias), static_cast<T*>(y), out, in, ldw, f);
   GPB_CHECK_LAUNCH();
 }
 
@@ -1014,7 +994,7 @@ void launch_fused(const void* x, const void* w, const void* bias, void* y, std::
   }
   // The RMSNorm prologue without an epilogue (qkv, the LM head): rows g and g + out/2 a warp,
   // the SwiGLU kernel's 16 pieces a step, where the one-row kernel has registers for 8.
-  if (norm && f.epilogue == SkinnyEpilogue::None && out % 2 == 0 && !fused_gemv_narrow())
+  if (norm && f.epilogue == SkinnyEpilogue::None && out % 2 == 0)
     return launch_fused_kernel<T, 2, true>(x, w, bias, y, out, in, ldw, f, stream);
   if (norm) return launch_fused_kernel<T, 1, true>(x, w, bias, y, out, in, ldw, f, stream);
   launch_fused_kernel<T, 1, false>(x, w, bias, y, out, in, ldw, f, stream);
@@ -1094,13 +1074,13 @@ void skinny_gemm(const void* x, const void* w, const void* bias, void* y, int ro
 }
 
 bool skinny_wide_block_applies(int rows, std::int64_t out, std::int64_t in, const SkinnyFusion& f) {
-  return rows == 1 && skinny_gemm_supported(rows, in) && !fused_gemv_warp() &&
+  return rows == 1 && skinny_gemm_supported(rows, in) &&
          wide_grid(out, in, f.epilogue == SkinnyEpilogue::SwiGlu).blocks > 0;
 }
 
 bool skinny_shared_tail_applies(int rows, std::int64_t out, std::int64_t in,
                                 const SkinnyFusion& f) {
-  if (rows != 1 || !skinny_gemm_supported(rows, in) || fused_gemv_warp()) return false;
+  if (rows != 1 || !skinny_gemm_supported(rows, in)) return false;
   const bool pair = f.epilogue == SkinnyEpilogue::SwiGlu;
   const bool norm = f.prologue == SkinnyPrologue::RmsNorm;
   SplitGrid g = f.wide_block ? wide_grid(out, in, pair) : SplitGrid{};

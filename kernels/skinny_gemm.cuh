@@ -55,7 +55,8 @@ struct SkinnyFusion {
   bool weights_ready = false;
   // The next kernel on the stream may launch only once this one ends (no early
   // griddepcontrol.launch_dependents): for the decode step's output GEMV, which itself launches
-  // beside attention, so that the gate|up GEMV's blocks do not wait beside it (measured faster).
+  // beside attention, so that the gate|up GEMV's blocks do not wait beside it (measured faster on
+  // Hopper: docs/DECISIONS.md).
   bool late_dependents = false;
   // With one row of X: the block-split kernel on one block of 512 threads an SM (16 warps
   // splitting `in`, up to 3 pieces of x a thread: `in` <= 12288), where the 256-thread blocks

@@ -7,8 +7,9 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -325,11 +326,12 @@ int fail(int code, const char* what, bool same_on_every_rank) {
 int run_cli(int argc, char** argv) {
   std::vector<std::string> command(argv, argv + argc);
   std::unique_ptr<MpiSession> mpi;
-  // Before any CUDA context (MPI_Init may make one): up to 32 hardware work queues per GPU
-  // instead of the driver's 8, unless the user set it, so that a stream waiting on a flag in GPU
-  // memory (pp's copy-engine transfers) is less likely to share a queue with, and hold up, the
-  // stream whose work raises that flag.
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  // pp (alone or in all) before any CUDA context (MPI_Init may make one): up to 32 hardware work
+  // queues per GPU instead of the driver's 8, unless the user set it, so that a stream waiting on
+  // a flag in GPU memory (pp's copy-engine transfers) does not share a queue with, and hold up,
+  // the stream whose work raises that flag. Every report records the value (system.environment).
+  if (argc > 1 && (std::strcmp(argv[1], "pp") == 0 || std::strcmp(argv[1], "all") == 0))
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   try {
     std::signal(SIGINT, on_sigint);
     mpi = std::make_unique<MpiSession>();  // MPI_Init when started by mpirun/srun

@@ -280,6 +280,25 @@ std::vector<detail::NvlinkEnds> classify_nvlink_ends(
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> System::relevant_environment(
+    const char* const* envp) {
+  static const char* const kPrefixes[] = {"CUDA_", "NCCL_", "CUBLAS", "CUDNN_", "OMP_"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* const* e = envp; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    const std::string name = entry.substr(0, eq);
+    for (const char* prefix : kPrefixes)
+      if (name.rfind(prefix, 0) == 0) {
+        out.emplace_back(name, entry.substr(eq + 1));
+        break;
+      }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 System System::discover(bool warm_pcie) {
   System s;
   // NVML's start-up (slow without persistence mode) overlaps the CUDA driver's.
@@ -288,6 +307,7 @@ System System::discover(bool warm_pcie) {
 
   s.hostname = host_name();
   s.shm_bytes = shm_size_bytes();
+  s.environment = relevant_environment(environ);
   s.nccl_version = nccl_version_string();
   s.cublas_version = cublas_version_string();
   s.mpi_version = mpi_version_string();

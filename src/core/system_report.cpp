@@ -136,6 +136,8 @@ nlohmann::ordered_json System::to_json() const {
                           {"p2p_access", l.p2p_access}});
   }
   j["shm_bytes"] = positive_or_null(shm_bytes);
+  j["environment"] = ojson::object();
+  for (const auto& [name, value] : environment) j["environment"][name] = value;
   drop_unknown(j);
   return j;
 }

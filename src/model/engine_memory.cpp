@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "attention.cuh"
 #include "gpubench/core/errors.hpp"
@@ -13,15 +12,8 @@ namespace gpubench::model {
 
 namespace {
 
-// A row pad in elements: `value`, or the environment variable `env` when set (A/B runs).
-int row_pad(long value, const char* env, const char* what) {
-  long pad = value;
-  if (const char* text = std::getenv(env); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    pad = std::strtol(text, &end, 10);
-    if (*end != '\0' || pad > (1 << 20))
-      throw InputError(fmt::format("{}={}: not a row pad in elements", env, text));
-  }
+// A row pad in elements: a non-negative multiple of 8.
+int row_pad(long pad, const char* what) {
   if (pad < 0 || pad % 8 != 0)
     throw InputError(fmt::format(
         "engine: {} row pad {} must be a non-negative multiple of 8 elements", what, pad));
@@ -31,11 +23,11 @@ int row_pad(long value, const char* env, const char* what) {
 }  // namespace
 
 int weight_row_pad(const EngineOptions& o) {
-  return row_pad(o.weight_row_pad, "GPUBENCH_WEIGHT_ROW_PAD", "weight");
+  return row_pad(o.weight_row_pad, "weight");
 }
 
 int kv_row_pad(const EngineOptions& o) {
-  return row_pad(o.kv_row_pad, "GPUBENCH_KV_ROW_PAD", "KV cache");
+  return row_pad(o.kv_row_pad, "KV cache");
 }
 
 EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,

@@ -8,7 +8,6 @@
 
 #include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
-#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "skinny_gemm.cuh"
 #include "transformer_engine.cuh"
@@ -432,57 +431,6 @@ SkinnyFusion Transformer::up_fusion(const void* post_norm_weight) const {
   return f;
 }
 
-// Whether a fused decode step's output GEMV launches beside attention (the merge kernel's early
-// trigger) and holds back gate|up until it ends: 1.0-1.6% faster on an H200.
-// GPUBENCH_DECODE_OUT=late keeps it after the merge kernel, with gate|up launched beside it, for
-// A/B runs.
-bool Transformer::out_early() {
-  static const bool late = env_is("GPUBENCH_DECODE_OUT", "late");
-  return !late;
-}
-
-// Whether the output GEMV that a fused decode step launches beside attention launches only once
-// the split kernel's blocks have 8 steps of their chunk left (AttentionArgs::delay_next_launch):
-// at context 8192 on an H200, 1.0% faster a step, 512 and 2048 unchanged (their chunks are
-// shorter). GPUBENCH_DECODE_OUT=attention_start launches it at the split kernel's start, for A/B
-// runs.
-bool Transformer::out_late_in_attention() {
-  static const bool start = env_is("GPUBENCH_DECODE_OUT", "attention_start");
-  return !start;
-}
-
-// Whether a fused decode step's gate|up GEMV launches at the output GEMV's start (the output
-// GEMV's dependents let go at once) instead of at its end. Where decode attention's chunks fill a
-// wave, on an H200 with llama-2-7b (batch 1: a fused step has one row), 0.3-0.5% faster at
-// contexts 1024 to 8192; at 256 and 512 (a part wave) 5-6% slower: there the down GEMV launched
-// far ahead of gate|up's end (seqlen_decode_experiments/up_beside_out). GPUBENCH_DECODE_UP=late
-// keeps it at the end (A/B runs).
-bool Transformer::up_beside_out() const {
-  static const bool late = env_is("GPUBENCH_DECODE_UP", "late");
-  return !late && attention_fills_wave_;
-}
-
-// Whether a fused decode step's gate|up and down GEMVs copy their second step of W into shared
-// memory before the wait (SkinnyFusion::stage_next), where attention's chunks fill a wave (as for
-// up_beside_out): on an H200 with llama-2-7b 0.6% faster at context 2048 and 0.8% at 8192; at
-// 512 (a part wave) 3% slower, so not there. The qkv GEMV (level) and the output GEMV (1.2%
-// slower; its staged blocks likely no longer fit beside attention's) do not stage
-// (seqlen_decode_experiments/stage_next). GPUBENCH_DECODE_STAGE=0 turns it off (A/B runs).
-bool Transformer::stage_mlp() const {
-  static const bool off = env_is("GPUBENCH_DECODE_STAGE", "0");
-  return !off && attention_fills_wave_;
-}
-
-// Whether decode attention may load the cache's earlier rows before the previous kernel ends
-// (AttentionArgs::cache_ready): in a captured step, where only earlier steps and the prefill,
-// all before the graph's launch, wrote them. Not in eager steps, where a programmatic launch
-// chain reaches back over kernels of the step before. GPUBENCH_DECODE_CACHE=late keeps every
-// load after the wait, for A/B runs.
-bool Transformer::decode_cache_early(cudaStream_t stream) {
-  static const bool late = env_is("GPUBENCH_DECODE_CACHE", "late");
-  return !late && stream_capturing(stream);
-}
-
 // The fused layer (layer_forward) as skinny_gemm checks it: the RMSNorm prologue on qkv and up
 // (and the LM head), the residual epilogue on out and down, the activation on up. LayerNorm
 // models keep their kernels.
@@ -582,8 +530,8 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
     // Every rank embeds every row; with sequence parallelism it then keeps only its own. A later
     // pipeline stage starts from input_hidden() instead.
     OpScope scope(observer_, "embedding", -1, stream);
-    // One kernel writes the positions and the embedding (a separate positions kernel cost about
-    // 3 us a decode step).
+    // One kernel writes the positions and the embedding, so that a decode step launches no
+    // separate positions kernel.
     if (opts_.embed)
       embedding_step(x_.get(), embed_, ids, batch, tokens, static_cast<int>(H), positions_w_, pos0,
                      positions_.as<std::int32_t>(), opts_.dtype, stream);
@@ -689,34 +637,29 @@ void Transformer::fused_layer(int l, const Rows& r, bool decode, cudaStream_t st
   const std::int64_t W = Q + 2 * shard_.kv_dim, up_rows = m.gated_mlp ? 2 * I : I;
   // A decode step's qkv GEMV runs one 512-thread block an SM (SkinnyFusion::wide_block): a block
   // starts only on an SM that the down GEMV has left entirely, and attention's blocks start on an
-  // SM only once its qkv block has ended (on an H200 0.8% faster at context 2048, 0.4% at 8192,
-  // level at 512).
-  // GPUBENCH_DECODE_WIDE=0 asks for two 256-thread blocks an SM (A/B runs).
-  static const bool narrow_qkv = env_is("GPUBENCH_DECODE_WIDE", "0");
+  // SM only once its qkv block has ended.
   SkinnyFusion in_norm = norm_fusion(L.in_norm_w);
-  in_norm.wide_block = decode && !narrow_qkv;
+  in_norm.wide_block = decode;
   linear("qkv", l, x_.get(), L.qkv_w, pitch(H), L.qkv_b, qkv_.get(), r.rows, W, H, stream,
          &in_norm);
   // The fused step's attention: the unfused one's, then no partial sums (tp_size 1).
   attention_part(l, r, decode, stream);
   const SkinnyFusion residual = residual_fusion();
-  // A decode step's gate|up GEMV shares the last 20% of its rows over the grid
-  // (SkinnyFusion::shared_tail): on an H200 0.7-1.0% faster at context 2048, 0.4% at 8192 and
-  // 0.5% at 512 (seqlen_decode_experiments/shared_tail).
-  // GPUBENCH_DECODE_SHARED_TAIL=0 turns it off (A/B runs).
-  static const bool static_up = env_is("GPUBENCH_DECODE_SHARED_TAIL", "0");
+  // A decode step's gate|up GEMV shares the last part of its rows over the grid
+  // (SkinnyFusion::shared_tail), so that blocks slowed by attention's do not hold up its end.
   SkinnyFusion up = up_fusion(L.post_norm_w);
-  up.shared_tail = decode && !static_up;
+  up.shared_tail = decode;
   // A decode step's output GEMV launches beside attention (the merge kernel lets it: see
-  // attention_part) and holds back gate|up until it ends, except where attention's chunks fill a
-  // wave (up_beside_out).
+  // attention_part). Where attention's chunks fill a wave of the split kernel, gate|up launches
+  // at the output GEMV's start and both MLP GEMVs stage their second step of W in shared memory
+  // (SkinnyFusion::stage_next); in a part wave, gate|up waits for the output GEMV's end, so that
+  // the MLP's GEMVs do not start ahead of blocks that attention still holds.
+  const bool wave = decode && attention_fills_wave_;
   SkinnyFusion out_residual = residual;
-  out_residual.late_dependents = decode && out_early() && !up_beside_out();
-  // The MLP's GEMVs stage their second step (SkinnyFusion::stage_next) where gate|up launches
-  // beside the output GEMV (stage_mlp).
-  up.stage_next = decode && stage_mlp();
+  out_residual.late_dependents = decode && !wave;
+  up.stage_next = wave;
   SkinnyFusion down_residual = residual;
-  down_residual.stage_next = up.stage_next;
+  down_residual.stage_next = wave;
   linear("attn_out", l, attn_.get(), L.out_w, pitch(Q), L.out_b, x_.get(), r.rows, H, Q, stream,
          &out_residual);
   linear(m.gated_mlp ? "mlp_gate_up" : "mlp_up", l, x_.get(), L.up_w, pitch(H), L.up_b, act_.get(),
@@ -779,10 +722,8 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
   a.max_context = opts_.max_context;
   a.q_stride = W;
   a.kv_stride = kv_pitch_;
-  // A decode step's RoPE and cache write run inside the attention kernel (timed as attention),
-  // unless GPUBENCH_DECODE_ATTENTION=separate asks for a kernel of their own (A/B runs).
-  static const bool separate = env_is("GPUBENCH_DECODE_ATTENTION", "separate");
-  const bool append = decode && !separate && decode_append_supported(a);
+  // A decode step's RoPE and cache write run inside the attention kernel (timed as attention).
+  const bool append = decode && decode_append_supported(a);
   if (append) {
     a.k_new = qkv + Q * elem_;
     a.v_new = qkv + (Q + KV) * elem_;
@@ -799,9 +740,11 @@ void Transformer::attention_part(int l, const Rows& r, bool decode, cudaStream_t
     OpScope scope(observer_, "attention", l, stream);
     if (decode) {
       // The fused step's output GEMV loads its weights while attention runs (fused_layer).
-      a.merge_launches_next = fused_ && out_early();
-      a.cache_ready = decode_cache_early(stream);
-      a.delay_next_launch = out_late_in_attention();  // used with merge_launches_next only
+      a.merge_launches_next = fused_;
+      // Earlier cache rows may be loaded before the previous kernel ends only in a captured step,
+      // where just earlier steps and the prefill, all before the graph's launch, wrote them; in
+      // eager steps a programmatic launch chain reaches back over the step before.
+      a.cache_ready = stream_capturing(stream);
       attention_fills_wave_ = decode_attention_fills_wave(a, sm_count_);
       decode_attention(a, decode_attention_splits(a, sm_count_), attn_ws_.get(), stream);
     } else {

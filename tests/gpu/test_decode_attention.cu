@@ -159,7 +159,7 @@ TEST(DecodeAttention, GroupShapesAndStrides) {
     }
 }
 
-// With merge_launches_next and delay_next_launch the split kernel lets the merge kernel launch
+// With merge_launches_next the split kernel lets the merge kernel launch
 // part-way through long chunks (more than 8 steps: 512 keys a chunk at 8192, 1250 at 20000) and
 // at its start for short ones: only the launch moves, so the outputs are the bits of a plain run.
 TEST(DecodeAttention, DelayedNextLaunchGivesTheSameBits) {
@@ -175,11 +175,9 @@ TEST(DecodeAttention, DelayedNextLaunchGivesTheSameBits) {
       const auto want = to_host(bufs.out.get(), bufs.out_elems);
       for (int splits : {decode_attention_splits(bufs.args, sms), 3}) {
         bufs.args.merge_launches_next = false;
-        bufs.args.delay_next_launch = false;
         EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0);
         const auto plain = to_host(bufs.out.get(), bufs.out_elems);
         bufs.args.merge_launches_next = true;
-        bufs.args.delay_next_launch = true;
         EXPECT_EQ(wrong_outputs(bufs, splits, want, true), 0);
         EXPECT_EQ(to_host(bufs.out.get(), bufs.out_elems), plain)
             << "d " << c.head_dim << " heads " << c.heads << "/" << c.kv_heads << " keys " << c.keys

@@ -268,21 +268,20 @@ const char* name_of(SkinnyEpilogue e) {
 // 7B model's width, more W rows (or gate/up pairs) than the grid has warps, and few long rows.
 // Both kernels: the block-split one (the default) takes `in` up to 256 x 6 pieces of 8 (x's
 // pieces a thread holds: 1, 2, 3, 4 and 6 here; up to 4 with the norm) and the warp-per-row one
-// the rest (16392, and 11008 and 8200 with the norm); GPUBENCH_FUSED_GEMV=warp gives the
-// warp-per-row kernel every shape. In it the RMSNorm prologue without an epilogue takes the
-// two-row kernel where `out` is even and the one-row kernel at 37; with 8002 rows the warps take
-// several groups (x^2 summed in the first). Half the cases have W's rows padded (the engine's
+// the rest (16392, and 11008 and 8200 with the norm). In the warp-per-row kernel the RMSNorm
+// prologue without an epilogue takes the two-row kernel where `out` is even and the one-row
+// kernel at 37 (64 x 16392 and 37 x 11008 with the norm); with 8002 rows the warps take several
+// groups (x^2 summed in the first). Half the cases have W's rows padded (the engine's
 // layout), NaN in the pads. A pass with SkinnyFusion::wide_block runs the block-split kernel on
-// 512-thread blocks (x's pieces 1, 2 and 3 a thread here; 16392 falls back). The wide and
-// warp-per-row passes run bf16 only (fp16 differs in the unpacking alone, which the default pass
-// covers).
+// 512-thread blocks (x's pieces 1, 2 and 3 a thread here; 16392 falls back). The wide pass runs
+// bf16 only (fp16 differs in the unpacking alone, which the default pass covers).
 TEST(SkinnyGemm, FusionsMatchHostReference) {
   DeviceGuard guard(kGpu);
   struct Shape {
     std::int64_t out, in;
   };
-  const Shape shapes[] = {{998, 264},   {37, 1032},  {4096, 4096}, {8002, 520}, {30, 11008},
-                          {2500, 8200}, {300, 4104}, {1000, 6152}, {64, 16392}};
+  const Shape shapes[] = {{998, 264},  {37, 1032},   {4096, 4096}, {8002, 520},  {30, 11008},
+                          {37, 11008}, {2500, 8200}, {300, 4104},  {1000, 6152}, {64, 16392}};
   const SkinnyPrologue prologues[] = {SkinnyPrologue::None, SkinnyPrologue::RmsNorm};
   const SkinnyEpilogue epilogues[] = {SkinnyEpilogue::None,     SkinnyEpilogue::Residual,
                                       SkinnyEpilogue::Relu,     SkinnyEpilogue::Gelu,
@@ -290,15 +289,9 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
   std::uint64_t seed = 100;
   int cases = 0;
   // Passes: the default kernels (fp16 and bf16), then in bf16 SkinnyFusion::wide_block (512-thread
-  // blocks where x's pieces are 1-3 a thread: every shape but the last) and the warp-per-row
-  // kernel.
-  enum class Pass { Default, Wide, Warp };
-  for (const Pass pass : {Pass::Default, Pass::Wide, Pass::Warp}) {
-    const bool warp = pass == Pass::Warp;
-    if (warp)
-      setenv("GPUBENCH_FUSED_GEMV", "warp", 1);  // read at every launch
-    else
-      unsetenv("GPUBENCH_FUSED_GEMV");
+  // blocks where x's pieces are 1-3 a thread: every shape but the last).
+  enum class Pass { Default, Wide };
+  for (const Pass pass : {Pass::Default, Pass::Wide}) {
     for (SkinnyDtype dt : {SkinnyDtype::BF16, SkinnyDtype::F16})
       for (int rows = 1;
            rows <= skinny_fusion_max_rows() && !(pass != Pass::Default && dt == SkinnyDtype::F16);
@@ -325,14 +318,11 @@ TEST(SkinnyGemm, FusionsMatchHostReference) {
                   << out << " in " << s.in << " prologue " << name_of(pro) << " epilogue "
                   << name_of(epi) << (p.bias ? " bias" : "") << (p.weights_ready ? " ready" : "")
                   << (ldw ? " pitch " + std::to_string(ldw) : std::string())
-                  << (warp     ? " warp-per-row"
-                      : p.wide ? " wide"
-                               : "");
+                  << (p.wide ? " wide" : "");
               ++cases;
             }
   }
-  unsetenv("GPUBENCH_FUSED_GEMV");
-  EXPECT_EQ(cases, (2 + 1 + 1) * 1 * 9 * 2 * 6);  // the wide and warp-per-row passes in bf16 only
+  EXPECT_EQ(cases, (2 + 1) * 1 * 10 * 2 * 6);  // the wide pass in bf16 only
 }
 
 // SkinnyFusion::shared_tail: the same bits as the static split (every row summed in the same

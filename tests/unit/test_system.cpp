@@ -465,3 +465,38 @@ TEST(System, DiscoverNeverThrows) {
   const std::size_t n = s.gpus.size();
   EXPECT_EQ(s.links.size(), n < 2 ? 0 : n * (n - 1) / 2);
 }
+
+// The report's environment: only what changes CUDA, NCCL, cuBLAS or cuDNN, sorted, values kept
+// as given (empty and '=' inside included); other variables and malformed entries left out.
+TEST(SystemEnvironment, KeepsOnlyRelevantVariablesSorted) {
+  const char* envp[] = {"PATH=/usr/bin",
+                        "NCCL_ALGO=Ring",
+                        "CUDA_DEVICE_MAX_CONNECTIONS=32",
+                        "CUBLASLT_LOG_LEVEL=0",
+                        "NCCL_DEBUG=",
+                        "CUDNN_LOGLEVEL_DBG=x=y",
+                        "NCCL_NO_EQUALS",
+                        "=NCCL_EMPTY_NAME",
+                        "MY_NCCL_ALGO=Tree",
+                        "HOME=/root",
+                        nullptr};
+  const auto env = System::relevant_environment(envp);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"CUBLASLT_LOG_LEVEL", "0"},
+      {"CUDA_DEVICE_MAX_CONNECTIONS", "32"},
+      {"CUDNN_LOGLEVEL_DBG", "x=y"},
+      {"NCCL_ALGO", "Ring"},
+      {"NCCL_DEBUG", ""}};
+  EXPECT_EQ(env, want);
+  EXPECT_TRUE(System::relevant_environment(nullptr).empty());
+}
+
+// System::to_json writes them as one object under "environment".
+TEST(SystemEnvironment, WrittenToTheReport) {
+  System s;
+  s.environment = {{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}, {"NCCL_ALGO", "Ring"}};
+  const auto j = s.to_json();
+  ASSERT_TRUE(j.contains("environment"));
+  EXPECT_EQ(j["environment"]["CUDA_DEVICE_MAX_CONNECTIONS"], "32");
+  EXPECT_EQ(j["environment"]["NCCL_ALGO"], "Ring");
+}

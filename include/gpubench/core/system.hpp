@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,8 +69,12 @@ struct System {
   std::string nvml_error;     // why not, when unavailable
   std::string no_gpu_reason;  // "" when at least one GPU is usable
   std::vector<GpuInfo> gpus;
-  std::vector<Link> links;            // every unordered pair a<b
-  std::uint64_t shm_bytes = 0;        // /dev/shm size
+  std::vector<Link> links;      // every unordered pair a<b
+  std::uint64_t shm_bytes = 0;  // /dev/shm size
+  // The variables of the process's environment that change what CUDA, NCCL, cuBLAS or cuDNN do
+  // (relevant_environment), sorted by name: a report made under NCCL_ALGO=Ring or
+  // CUDA_DEVICE_MAX_CONNECTIONS=32 says so.
+  std::vector<std::pair<std::string, std::string>> environment;
   std::vector<std::string> warnings;  // what will cap performance
 
   const Link* link(int a, int b) const;  // order-insensitive; nullptr when a==b or unknown
@@ -80,6 +85,11 @@ struct System {
   // `warm_pcie` runs a short host->device copy on each GPU first so the current PCIe
   // generation is read under load rather than at idle.
   static System discover(bool warm_pcie = false);
+
+  // The NAME=VALUE entries of `envp` (null-terminated, as `environ`) whose names start with
+  // CUDA_, NCCL_, CUBLAS, CUDNN_ or OMP_, sorted by name; entries without '=' are skipped.
+  static std::vector<std::pair<std::string, std::string>> relevant_environment(
+      const char* const* envp);
 };
 
 }  // namespace gpubench

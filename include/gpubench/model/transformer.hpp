@@ -102,22 +102,21 @@ struct EngineOptions {
   // gate|up, down), never read: cuBLASLt and the skinny GEMVs take the row pitch. Rows of 4096
   // bf16 values all start at the same offset of HBM's address interleave, and a decode GEMV's
   // warps, all at the same step of their rows, then load from the same channels; 256 bytes
-  // after each row spread them (kWeightRowPad; gpubench's README, "Padded weight rows").
-  // A multiple of 8; GPUBENCH_WEIGHT_ROW_PAD=N overrides it for A/B runs (0: packed rows).
+  // after each row spread them (kWeightRowPad; docs/DECISIONS.md).
+  // A multiple of 8 (0: packed rows).
   int weight_row_pad = kWeightRowPad;
   static constexpr int kWeightRowPad = 128;
   // Elements of zeros after each position's row of the K and V caches (a row holds this rank's
-  // KV heads), never read: every attention path takes the row pitch. A multiple of 8;
-  // GPUBENCH_KV_ROW_PAD=N overrides it for A/B runs. 0: unlike the weights' rows, padded cache
-  // rows measured level with packed ones in a decode step (seqlen_decode_experiments/kv_row_pad).
+  // KV heads), never read: every attention path takes the row pitch. A multiple of 8; 0: unlike
+  // the weights' rows, a decode step gains nothing from padded cache rows (docs/DECISIONS.md).
   int kv_row_pad = kKvRowPad;
   static constexpr int kKvRowPad = 0;
 };
 
-// The row pad the engine uses with these options: weight_row_pad, or GPUBENCH_WEIGHT_ROW_PAD
-// when set. InputError when it is negative, not a multiple of 8, or the variable no number.
+// The row pad the engine uses with these options: weight_row_pad. InputError when it is
+// negative or not a multiple of 8.
 int weight_row_pad(const EngineOptions& options);
-// The same for the caches' rows: kv_row_pad, or GPUBENCH_KV_ROW_PAD when set.
+// The same for the caches' rows: kv_row_pad.
 int kv_row_pad(const EngineOptions& options);
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
@@ -273,23 +272,6 @@ class Transformer {
   SkinnyFusion up_fusion(const void* post_norm_weight) const;
   // Whether a step of `rows` rows runs fused (EngineOptions::fuse_small_steps).
   bool fusable(std::int64_t rows) const;
-  // Whether a fused decode step's output GEMV launches beside attention (GPUBENCH_DECODE_OUT=late:
-  // after the merge kernel, as before, for A/B runs).
-  static bool out_early();
-  // Whether decode attention on `stream` loads the cache's earlier rows before the previous kernel
-  // ends (AttentionArgs::cache_ready): while a step is captured, unless GPUBENCH_DECODE_CACHE=late.
-  static bool decode_cache_early(cudaStream_t stream);
-  // Whether that output GEMV launches only once attention's blocks have 8 steps of their chunk
-  // left (AttentionArgs::delay_next_launch), unless GPUBENCH_DECODE_OUT=attention_start.
-  static bool out_late_in_attention();
-  // Whether a fused decode step's gate|up GEMV launches at the output GEMV's start rather than at
-  // its end: where decode attention's chunks fill a wave (attention_fills_wave_), unless
-  // GPUBENCH_DECODE_UP=late.
-  bool up_beside_out() const;
-  // Whether its gate|up and down GEMVs stage their second step of W in shared memory before the
-  // wait (SkinnyFusion::stage_next): where attention's chunks fill a wave, unless
-  // GPUBENCH_DECODE_STAGE=0.
-  bool stage_mlp() const;
   GemmAlgo pick_algo(const GemmPlan& plan, const void* w, const void* x, void* y,
                      cudaStream_t stream);
   static constexpr int kTimedAlgos = 4;  // heuristic candidates timed per new GEMM shape

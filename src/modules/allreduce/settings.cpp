@@ -68,7 +68,7 @@ int agg_for(std::uint64_t size, int requested) {
   if (requested > 0) return requested;
   // 20 ops below 1 MiB (nccl-tests' default iteration count), then fewer, but never under 4:
   // back-to-back ops overlap one's tail with the next one's start, which is the time per op
-  // nccl-tests reports (broadcast at 1 GiB on 4x H200: 352 GB/s with 1 op, 359 with 4).
+  // nccl-tests reports (docs/DECISIONS.md).
   if (size <= (1ull << 20)) return 20;
   const auto by_size = static_cast<int>((64ull << 20) / size);
   return std::clamp(by_size, 4, 20);

@@ -1,6 +1,6 @@
 // `gpubench pp` on the GPUs, inference: a batch of prompts in microbatches through p pipeline
 // stages (one GPU and one thread each, or one process each under MPI), stage to stage over NCCL
-// send/recv. Not registered yet: it has not run on GPUs.
+// send/recv.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -213,8 +213,8 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
           for (int mb = 0; mb < m; ++mb) {
             const auto got = model::to_host_values(logits.as<unsigned char>() + mb * logit_bytes,
                                                    logit_elems, dtype);
-            worst = std::max(worst, model::relative_l2(
-                                        got, reference.at(std::make_tuple(seqs, key_len, mb))));
+            worst = std::max(
+                worst, model::relative_l2(got, reference.at(std::make_tuple(seqs, key_len, mb))));
           }
         return worst;
       };

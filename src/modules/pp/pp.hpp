@@ -1,11 +1,10 @@
 #pragma once
-// Host side of the future `gpubench pp` subcommand (pipeline parallelism). It is not registered
-// yet (src/core/registry.cpp lists "pp" as planned) and nothing on a GPU calls it: the arithmetic
-// the GPU runs will rest on. Options and their checks, stage balancing, the three schedules as
-// per-stage operation orders, a simulator that turns an order and operation times into
-// timelines (bubble fraction, peak activations, exposed transfers), the theory it is compared
-// with, a training stage's work per microbatch (FLOPs forward and backward, saved activations,
-// transfers), parallel layouts, and the Chrome trace of a timeline.
+// `gpubench pp` (pipeline parallelism). The host-side arithmetic the GPU runs rest on: options
+// and their checks, stage balancing, the three schedules as per-stage operation orders, a simulator
+// that turns an order and operation times into timelines (bubble fraction, peak activations,
+// exposed transfers), the theory it is compared with, a training stage's work per microbatch (FLOPs
+// forward and backward, saved activations, transfers), parallel layouts, and the Chrome trace of a
+// timeline; then the runs on the GPUs (inference.cpp, train_run.cpp, layout_run.cpp).
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,12 +40,12 @@ struct Options {
   int layers = 0;               // > 0: only this many decoder layers
   std::string layouts;          // "" (none), a list such as "dp=4,tp=2xdp=2", or "all"
   std::string dtype = "bf16";
-  std::string workload;         // inference, training or both (default both)
-  std::string layout_batches;   // the layouts' batch sizes (default 1 and --batch)
-  std::string transfers = "nccl";  // training's stage-to-stage transfers: nccl or copy-engine
-  int nccl_ctas = 0;               // > 0: the CTAs NCCL may use for a stage-to-stage transfer
+  std::string workload;               // inference, training or both (default both)
+  std::string layout_batches;         // the layouts' batch sizes (default 1 and --batch)
+  std::string transfers = "nccl";     // training's stage-to-stage transfers: nccl or copy-engine
+  int nccl_ctas = 0;                  // > 0: the CTAs NCCL may use for a stage-to-stage transfer
   std::string stage_split = "layer";  // training stages' boundaries: layer or half-layer
-  double timeout = 600;            // seconds without progress before a stuck run is ended
+  double timeout = 600;               // seconds without progress before a stuck run is ended
 };
 
 struct Settings {
@@ -66,7 +65,7 @@ struct Settings {
   int nccl_ctas = 0;                // 0: NCCL's own choice
   bool half_layers = false;         // training stages may end between a layer's halves
   double timeout_s = 600;           // the watchdog's limit (no rank group passing a barrier)
-  std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
+  std::vector<std::string> notes;   // what the defaults dropped, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };
 
@@ -199,8 +198,8 @@ StageCosts agreed_stage_costs(RankGroup& group, int rank,
                               const std::function<StageCosts()>& measure);
 
 // ---------------------------------------------------------------------------------------------
-// A training stage's work (training.cpp): what the GPU runner will run for one microbatch and
-// what its measurements are compared with
+// A training stage's work (training.cpp): what the GPU runner (train_run.cpp) runs for one
+// microbatch and what its measurements are compared with
 
 // A linear layer of a decoder layer: Y[rows, out] = X[rows, in] W^T.
 struct Linear {
@@ -260,7 +259,7 @@ StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int bl
 std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight);
 
 // ---------------------------------------------------------------------------------------------
-// Inference on the GPUs (inference.cpp): not registered yet, it has not run on GPUs
+// Inference on the GPUs (inference.cpp)
 
 // Decoder layers per stage for inference: balance_stages over equal layers, the final norm and
 // LM head (last positions) on the last stage.
@@ -278,12 +277,12 @@ struct InferenceOutcome {
   std::int64_t micro_sequences = 0;
   std::vector<int> stage_layers;
   std::string status = "ok", note;
-  Measurement step;       // the whole batch, the slowest stage per iteration
-  Timeline timeline;      // one more step's forward spans per stage (from each stage's start)
+  Measurement step;   // the whole batch, the slowest stage per iteration
+  Timeline timeline;  // one more step's forward spans per stage (from each stage's start)
   double bubble_theory = 0;
-  double transfer_s = 0;      // that step's send spans summed over the stages
-  double transfer_bytes = 0;  // one microbatch's hidden states, each hop
-  double check_error = 0;     // the last stage's logits against the whole model's
+  double transfer_s = 0;             // that step's send spans summed over the stages
+  double transfer_bytes = 0;         // one microbatch's hidden states, each hop
+  double check_error = 0;            // the last stage's logits against the whole model's
   std::uint64_t memory_per_gpu = 0;  // rank 0's engine
   // Decode after the prefill: one token for every sequence at context seq_len, microbatch by
   // microbatch through the stages (each microbatch's own KV cache rows).
@@ -292,8 +291,7 @@ struct InferenceOutcome {
   StageCosts balance;  // what the stages were balanced by
 };
 // The whole model's logits per (sequences, seq_len, microbatch), made once on the first GPU.
-using ReferenceLogits =
-    std::map<std::tuple<std::int64_t, std::int64_t, int>, std::vector<double>>;
+using ReferenceLogits = std::map<std::tuple<std::int64_t, std::int64_t, int>, std::vector<double>>;
 
 // For every microbatch count of s: the stages' engines (weights of their layers' global
 // indices), one checked step (every microbatch's logits against the whole model), the timed
@@ -309,8 +307,8 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
 
 // Half-layer blocks per stage for training (see stage_blocks_from_costs): balanced over
 // `costs` (the LM head's forward and backward on the last stage), whole layers unless
-// s.half_layers (then also between a layer's halves); interleaved: 2 x layers / p each (v equal chunks
-// of whole layers).
+// s.half_layers (then also between a layer's halves); interleaved: 2 x layers / p each (v equal
+// chunks of whole layers).
 std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch,
                                        const StageCosts& costs);
 // The same by training_flop_costs.
@@ -330,25 +328,25 @@ struct TrainingOutcome {
   Schedule schedule = Schedule::OneFOneB;
   int p = 1, m = 1, v = 1;
   std::string transport = "nccl";  // what carried the stage-to-stage transfers
-  int nccl_ctas = 0;                // the CTAs NCCL transfers were held to (0: NCCL's choice)
-  StageCosts balance;               // what the stages were balanced by
+  int nccl_ctas = 0;               // the CTAs NCCL transfers were held to (0: NCCL's choice)
+  StageCosts balance;              // what the stages were balanced by
   std::int64_t micro_sequences = 0;
-  std::vector<int> stage_blocks;    // half-layers per stage
+  std::vector<int> stage_blocks;  // half-layers per stage
   std::string status = "ok", note;
-  Measurement step;                          // the whole step, the slowest stage per iteration
-  Timeline timeline;                         // one more step's forward and backward spans
+  Measurement step;   // the whole step, the slowest stage per iteration
+  Timeline timeline;  // one more step's forward and backward spans
   double bubble_theory = 0;
-  double transfer_s = 0;                     // that step's transfers, summed over the hops
-  double transfer_exposed_s = 0;             // of which a receiving stage stood waiting
-  int transfers = 0;                         // hops in the step, both ways
-  double transfer_bytes = 0;                 // one microbatch's hidden states (or gradient)
-  double transfer_alone_s = 0;               // one NCCL send/recv of those bytes alone, 0 -> 1
-  double p2p_copy_s = 0;                     // one peer copy of them alone (copy engine), 0 -> 1
-  std::vector<std::uint64_t> peak_saved;     // per stage: the saved activations' measured peak
-  std::vector<std::uint64_t> expected_saved; // per stage: slabs in flight along its order
-  double check_error = 0;                    // the gradient GEMM checks' worst error / tolerance
-  std::uint64_t memory_per_gpu = 0;          // weights, gradients, scratch and peak saved
-  double flops = 0;                          // the step's FLOPs over every stage
+  double transfer_s = 0;                      // that step's transfers, summed over the hops
+  double transfer_exposed_s = 0;              // of which a receiving stage stood waiting
+  int transfers = 0;                          // hops in the step, both ways
+  double transfer_bytes = 0;                  // one microbatch's hidden states (or gradient)
+  double transfer_alone_s = 0;                // one NCCL send/recv of those bytes alone, 0 -> 1
+  double p2p_copy_s = 0;                      // one peer copy of them alone (copy engine), 0 -> 1
+  std::vector<std::uint64_t> peak_saved;      // per stage: the saved activations' measured peak
+  std::vector<std::uint64_t> expected_saved;  // per stage: slabs in flight along its order
+  double check_error = 0;                     // the gradient GEMM checks' worst error / tolerance
+  std::uint64_t memory_per_gpu = 0;           // weights, gradients, scratch and peak saved
+  double flops = 0;                           // the step's FLOPs over every stage
 };
 
 // For every microbatch count of s: each stage's weights (its layers' global indices), one

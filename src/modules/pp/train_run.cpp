@@ -21,7 +21,6 @@
 
 #include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
-#include "gpubench/core/env.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
@@ -97,9 +96,9 @@ struct CePeer {
   void* wake = nullptr;  // kWakeBytes a sender's link-waking copy lands in
   int device = -1;
 };
-// A peer copy that follows about 55 ms without any peer copy between two H200s takes ~170 us
-// longer, whatever its size (the link waking up: pp's traces, 2 stages). A copy of this many
-// bytes, issued as the operation whose output is to be sent starts its last block, wakes it.
+// A peer copy that follows an idle stretch without any peer copy takes longer, whatever its
+// size: the link has to wake up first (docs/DECISIONS.md). A copy of this many bytes, issued as
+// the operation whose output is to be sent starts its last block, wakes it.
 constexpr std::size_t kWakeBytes = std::size_t{2} << 20;
 
 // A GEMM plan with the algorithm the heuristic ranks first.
@@ -482,7 +481,7 @@ class TrainStage {
   const Settings& s_;
   const model::ModelConfig& m_;
   int device_;
-  std::vector<int> first_, blocks_;             // per chunk: its first global block, its blocks
+  std::vector<int> first_, blocks_;                 // per chunk: its first global block, its blocks
   std::vector<std::vector<std::int64_t>> offsets_;  // per chunk: saved_row offsets, then the end
   bool first_stage_, last_stage_;
   std::int64_t seqs_, rows_;
@@ -592,12 +591,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
   }
   // --transfers copy-engine: peer copies between the stages' rings, ordered by flags in GPU
   // memory (no SMs, no host waits); one process with peer access between all the GPUs only.
-  // Two stages only for now: 4 stages stalled on a 4-GPU H200 machine (see METHODOLOGY).
-  // GPUBENCH_PP_CE_ANY_STAGES=1 lifts that limit, to try more stages again (with --timeout).
-  static const bool any_stages = env_is("GPUBENCH_PP_CE_ANY_STAGES", "1");
-  const bool ce = s.transfers == "copy-engine" && (p == 2 || (any_stages && p > 2)) && peers_all;
-  if (s.transfers == "copy-engine" && p > 2 && !any_stages)
-    spdlog::warn("pp: --transfers copy-engine runs 2 stages only for now; {} stages run over NCCL",
+  // Two stages only: more stages can stall (docs/DECISIONS.md), so they run over NCCL.
+  const bool ce = s.transfers == "copy-engine" && p == 2 && peers_all;
+  if (s.transfers == "copy-engine" && p > 2)
+    spdlog::warn("pp: --transfers copy-engine runs 2 stages only; {} stages run over NCCL",
                  p);
   else if (s.transfers == "copy-engine" && p > 1 && !ce)
     spdlog::warn(
@@ -857,9 +854,10 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
           unsigned char* slab = op.forward ? ts.allocate(op.chunk, cs) : slabs[slot_id];
           if (op.forward) slabs[slot_id] = slab;
           const int in_slot = !receives ? -1
-                              : over_ce ? ce_post_recv(in)
-                                   : post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
-                                               op.forward ? s_frecv.get() : s_brecv.get(), mark, i);
+                              : over_ce
+                                  ? ce_post_recv(in)
+                                  : post_recv(in, op.forward ? f_in : b_out, op.forward ? 0 : 1,
+                                              op.forward ? s_frecv.get() : s_brecv.get(), mark, i);
           rec(mark, i, 0, cs);
           const int out_slot = sends ? claim(outr, cs) : -1;
           // The operation's input: received into the slab (forward) or into the gradient it
@@ -906,8 +904,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         // A first step over NCCL. Kernels load on first launch, and loading one may wait for
         // the whole GPU: over the copy engines that GPU may be waiting on a flag that only the
         // other stage's next peer copy raises, while that stage's thread waits on this one's
-        // context, a deadlock (seen on 2 H200s). Over NCCL the step also builds the attention
-        // plans. Then the rings start again from their first buffer on both sides.
+        // context, a deadlock. Over NCCL the step also builds the attention plans. Then the rings
+        // start again from their first buffer on both sides.
         // It is a checked step, as the first copy-engine one will be: the check's buffer and
         // kernels are allocated and loaded here too.
         over_ce = false;
@@ -1084,8 +1082,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         for (int j = 0, first_j = 0; j < p; ++j) {
           // Interleaved chunks are whole layers: where they start does not change their work.
           const int blocks_j = stage_blocks[static_cast<std::size_t>(j)];
-          const StageWork w = stage_work_blocks(s.model, v > 1 ? 0 : first_j, blocks_j, j == p - 1,
-                                                seqs, s.seq_len, static_cast<int>(act_bytes(dtype)));
+          const StageWork w =
+              stage_work_blocks(s.model, v > 1 ? 0 : first_j, blocks_j, j == p - 1, seqs, s.seq_len,
+                                static_cast<int>(act_bytes(dtype)));
           o.flops += m * (w.forward_flops + w.backward_flops);
           first_j += blocks_j;
         }

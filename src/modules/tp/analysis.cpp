@@ -1,6 +1,6 @@
-// Host side of the future `gpubench tp` subcommand (not registered yet): the bytes a layer moves
-// between ranks, the prediction "TP=1 compute / t + measured collectives" the runs are compared
-// with, the micro-benchmark's shapes and the headline keys. Pure arithmetic, no GPU.
+// Host side of `gpubench tp`: the bytes a layer moves between ranks, the prediction "TP=1 compute /
+// t + measured collectives" the runs are compared with, the micro-benchmark's shapes and the
+// headline keys. Pure arithmetic, no GPU.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -46,8 +46,8 @@ LayerComm layer_comm(const model::ModelConfig& m, model::Phase phase, std::int64
 }
 
 double CommTable::seconds(double bytes) const {
-  if (samples.empty()) throw InputError(fmt::format("no collective times measured on {} GPUs",
-                                                    ranks));
+  if (samples.empty())
+    throw InputError(fmt::format("no collective times measured on {} GPUs", ranks));
   if (!(bytes > 0)) throw InputError(fmt::format("message size {} must be positive", bytes));
   for (std::size_t i = 0; i < samples.size(); ++i) {
     if (!(samples[i].bytes > 0) || !(samples[i].seconds > 0) ||
@@ -87,8 +87,8 @@ Prediction predict(double layer_compute_s, int t, int layers, double bytes_per_a
   p.compute_s = layers * layer_compute_s / t;
   if (t > 1) {
     if (table.ranks != t)
-      throw InputError(fmt::format("collective times were measured on {} GPUs, not {}",
-                                   table.ranks, t));
+      throw InputError(
+          fmt::format("collective times were measured on {} GPUs, not {}", table.ranks, t));
     p.comm_s = 2.0 * layers * table.seconds(bytes_per_allreduce);
   }
   p.total_s = p.compute_s + p.comm_s;
@@ -139,8 +139,8 @@ MicroShape micro_shape(MicroKind kind, std::int64_t size, std::int64_t tokens, i
   s.tokens = tokens;
   s.n = kind == MicroKind::Column ? size / t : size;
   s.k = kind == MicroKind::Column ? size : size / t;
-  s.flops_per_rank = 2.0 * static_cast<double>(tokens) * static_cast<double>(s.n) *
-                     static_cast<double>(s.k);
+  s.flops_per_rank =
+      2.0 * static_cast<double>(tokens) * static_cast<double>(s.n) * static_cast<double>(s.k);
   if (t > 1) {
     s.comm_bytes = static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(size) *
                    static_cast<std::uint64_t>(elem_bytes);

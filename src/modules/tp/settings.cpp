@@ -1,6 +1,6 @@
-// Host side of the future `gpubench tp` subcommand (not registered yet): its settings, checked
-// against the model (which TP degrees split heads, KV heads and the MLP evenly) and the GPUs
-// before anything touches them, and the shard each rank holds.
+// Host side of `gpubench tp`: its settings, checked against the model (which TP degrees split
+// heads, KV heads and the MLP evenly) and the GPUs before anything touches them, and the shard each
+// rank holds.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -114,9 +114,10 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   // was not trained past its own: say so rather than refuse.
   const std::int64_t longest = std::max(s.seq_lens.back(), s.contexts.back() + 1);
   if (longest > s.model.max_positions)
-    s.notes.push_back(fmt::format("positions up to {} pass {}'s {}: the model was not trained "
-                                  "that far",
-                                  longest, s.model.name, s.model.max_positions));
+    s.notes.push_back(
+        fmt::format("positions up to {} pass {}'s {}: the model was not trained "
+                    "that far",
+                    longest, s.model.name, s.model.max_positions));
 
   // Sequence parallelism splits each prompt's tokens over the ranks (Megatron's [s/t, b, h]).
   s.sequence_parallel = o.sequence_parallel;
@@ -124,20 +125,20 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
     for (int t : s.tp)
       for (std::int64_t l : s.seq_lens)
         if (l % t != 0)
-          throw InputError(fmt::format("--seq-lens: {} tokens do not split over --tp {} "
-                                       "(--sequence-parallel gives each rank whole tokens)",
-                                       l, t));
+          throw InputError(
+              fmt::format("--seq-lens: {} tokens do not split over --tp {} "
+                          "(--sequence-parallel gives each rank whole tokens)",
+                          l, t));
 
   s.micro = parse_micro(o.micro);
   if (o.micro_size < 1 || o.micro_size > kMaxMicroSize)
-    throw InputError(fmt::format("--micro-size: {} is outside 1..{}", o.micro_size,
-                                 kMaxMicroSize));
+    throw InputError(fmt::format("--micro-size: {} is outside 1..{}", o.micro_size, kMaxMicroSize));
   s.micro_size = o.micro_size;
   if (!s.micro.empty())
     for (int t : s.tp)
       if (s.micro_size % t != 0)
-        throw InputError(fmt::format("--micro-size: {} does not split over --tp {}",
-                                     s.micro_size, t));
+        throw InputError(
+            fmt::format("--micro-size: {} does not split over --tp {}", s.micro_size, t));
   s.micro_tokens =
       or_default(o.micro_tokens, "--micro-tokens", kMaxTokens, {1, 16, 128, 1024, 4096});
   s.overlap = o.overlap;

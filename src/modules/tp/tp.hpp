@@ -1,10 +1,9 @@
 #pragma once
-// `gpubench tp` (tensor parallelism, Megatron style). Written but not registered yet
-// (src/core/registry.cpp lists "tp" as planned until it has run on GPUs). Options and their
-// checks against the model (which degrees shard it evenly), the bytes each layer moves between
-// ranks, the prediction "TP=1 compute / t + measured collectives" and its error, the
-// column/row-parallel micro-benchmark shapes, the headline keys, the engine's NCCL all-reduce
-// and the runs on the GPUs (bench.cpp, micro.cpp).
+// `gpubench tp` (tensor parallelism, Megatron style). Options and their checks against the model
+// (which degrees shard it evenly), the bytes each layer moves between ranks, the prediction "TP=1
+// compute / t + measured collectives" and its error, the column/row-parallel micro-benchmark
+// shapes, the headline keys, the engine's NCCL all-reduce and the runs on the GPUs (bench.cpp,
+// micro.cpp).
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -50,7 +49,7 @@ struct Options {
   // prefill (without sequence parallelism): the step in chunks (Transformer's overlap_chunks).
   bool overlap = false;
   int overlap_chunks = 4;
-  std::string collectives = "nccl";  // the model run's: nccl or copy-engine
+  std::string collectives = "nccl";        // the model run's: nccl or copy-engine
   std::string small_collectives = "auto";  // its small all-reduces: auto, nccl or one-shot
 };
 
@@ -389,14 +388,14 @@ struct Outcome {
   model::Phase phase = model::Phase::Prefill;
   std::int64_t batch = 1, length = 0;
   std::string status = "ok", note;
-  Measurement step;                  // per iteration: the slowest rank's time
-  OpSplit ops;                       // rank 0's eager step with events
-  double allreduce_bytes = 0;        // one all-reduce of the layer (0 at t = 1)
+  Measurement step;            // per iteration: the slowest rank's time
+  OpSplit ops;                 // rank 0's eager step with events
+  double allreduce_bytes = 0;  // one all-reduce of the layer (0 at t = 1)
   // The same all-reduce timed alone on the same GPUs: prefill, one per iteration; decode, per
   // all-reduce of a CUDA graph of 2 x layers of them back to back (as the decode step's graph
   // launches them).
   double allreduce_alone_s = 0;
-  double no_comm_s = 0;  // decode: the step's graph with SkippedCollectives (median)
+  double no_comm_s = 0;              // decode: the step's graph with SkippedCollectives (median)
   double check_error = 0;            // rank 0's logits against TP=1, relative L2
   std::uint64_t memory_per_gpu = 0;  // the engine's bytes on rank 0
   // Prefill with --overlap (when the step divides into the chunks): the step in
@@ -405,9 +404,9 @@ struct Outcome {
   int overlap_chunks = 0;
   double overlap_s = 0;
   double overlap_check_error = 0;
-  std::string collectives = "nccl";  // what the step's large collectives ran over
+  std::string collectives = "nccl";        // what the step's large collectives ran over
   std::string small_collectives = "nccl";  // what its small all-reduces ran over
-  std::string attention_path;  // prefill: rank 0's attention kernel ("cudnn" or "own")
+  std::string attention_path;              // prefill: rank 0's attention kernel ("cudnn" or "own")
 };
 
 // Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).

@@ -354,7 +354,6 @@ class TpModule final : public ResolvingModule<Options, Settings> {
 
 }  // namespace
 
-// Not in the registry yet ("tp" is listed as planned): it is registered once it has run on GPUs.
 ModulePtr make_tp_module() {
   return std::make_unique<TpModule>();
 }
