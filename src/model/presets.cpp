@@ -11,6 +11,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "gpubench/core/errors.hpp"
@@ -33,8 +34,18 @@ using nlohmann::json;
 // Families with learned absolute positions and LayerNorm (HF keeps them in GPT-2 / OPT form).
 bool is_learned_position_family(const std::string& model_type) {
   return model_type == "opt" || model_type == "gpt2" || model_type == "gpt_bigcode" ||
-         model_type == "gpt_neo" || model_type == "biogpt";
+         model_type == "biogpt";
 }
+
+// The model_type values whose layers the engine runs as HF defines them, and whether their MLP is
+// gated (gate and up projections: SwiGLU) or un-gated (up, activation, down).
+struct Family {
+  const char* model_type;
+  bool gated_mlp;
+};
+constexpr Family kModelledFamilies[] = {{"llama", true}, {"mistral", true}, {"phi3", true},
+                                        {"qwen2", true}, {"qwen3", true},   {"biogpt", false},
+                                        {"gpt2", false}, {"opt", false},    {"gpt_bigcode", false}};
 
 // Reads the fields of one config; every error names where the config came from.
 class ConfigReader {
@@ -83,6 +94,23 @@ class ConfigReader {
       fail("'" + std::string(key) + "' must be a positive number, got " + value.dump());
     }
     return value.get<double>();
+  }
+
+  // A number, or nothing when absent or null; a value of another type fails.
+  std::optional<double> number(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& value = config_.at(key);
+    if (!value.is_number())
+      fail("'" + std::string(key) + "' must be a number, got " + value.dump());
+    return value.get<double>();
+  }
+
+  // Refuses the config for `key` (present): "'key' value: why".
+  [[noreturn]] void refuse(const char* key, const std::string& why) const {
+    const json& value = config_.at(key);
+    const std::string shown =
+        value.is_string() ? "'" + value.get<std::string>() + "'" : value.dump();
+    fail("'" + std::string(key) + "' " + shown + ": " + why);
   }
 
   bool bool_or(const char* key, bool fallback) const {
@@ -158,9 +186,8 @@ class ConfigReader {
 Activation parse_activation(const ConfigReader& reader, const std::string& model_type) {
   std::string fallback = "silu";  // LlamaConfig, Qwen2Config, MistralConfig, ...
   if (model_type == "opt") fallback = "relu";
-  if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo") {
-    fallback = "gelu_new";
-  }
+  if (model_type == "gpt2" || model_type == "gpt_bigcode") fallback = "gelu_new";
+  if (model_type == "biogpt") fallback = "gelu";
   const char* key = nullptr;
   const std::string name = reader.string_or({"hidden_act", "activation_function"}, fallback, &key);
   if (name == "silu" || name == "swish") return Activation::Silu;
@@ -183,6 +210,188 @@ double parse_rope_theta(const ConfigReader& reader, const std::string& source) {
   return reader.positive_double_or({"rope_theta"}, 10000.0);
 }
 
+// ---- Layers the engine does not run ----------------------------------------------------------
+// The engine runs one kind of decoder layer: a pre-norm block of full causal attention (scores
+// scaled by 1/sqrt(head_dim); RoPE over the whole head, or learned positions; Qwen3's per-head
+// RMSNorm on q and k), then a pre-norm dense MLP: SwiGLU, or an un-gated ReLU / GELU. A config
+// whose layers compute anything else is refused with an InputError naming the field and why, so
+// no figure is reported for a model the engine did not run. Accepted on purpose: rope_scaling and
+// rope_parameters (they change the angles RoPE rotates by, not the work the layers do) and the
+// fields of training or generation alone (dropout, initializer_range, use_cache, ...).
+
+constexpr const char* kDenseOnly =
+    "mixture-of-experts models are not modelled (the engine runs dense MLPs only)";
+constexpr const char* kParallel =
+    "parallel attention and MLP blocks are not modelled (the engine runs attention, then the MLP)";
+constexpr const char* kLatent =
+    "multi-head latent attention (low-rank q / kv projections) is not modelled (the engine "
+    "projects q, k and v at full rank)";
+constexpr const char* kQkNorm =
+    "norms on q and k are modelled only as Qwen3's per-head RMSNorm (model_type qwen3)";
+constexpr const char* kPartialRope =
+    "RoPE on part of each head is not modelled (the engine rotates the whole head_dim)";
+
+struct Unmodelled {
+  const char* key;
+  const char* why;
+};
+
+// Numbers that change the layers when positive; null or 0 mean "off".
+constexpr Unmodelled kRefusedWhenPositive[] = {
+    {"kv_lora_rank", kLatent},
+    {"q_lora_rank", kLatent},
+    {"attn_logit_softcapping",
+     "soft-capped attention scores are not modelled (the engine's attention takes a plain "
+     "softmax)"},
+    {"final_logit_softcapping",
+     "soft-capped logits are not modelled (the engine's LM head ends at the plain logits)"},
+    {"clip_qkv", "clamped q, k and v are not modelled (the engine's attention takes them as is)"},
+};
+
+// Booleans that change the layers when true.
+constexpr Unmodelled kRefusedWhenTrue[] = {
+    {"alibi",
+     "ALiBi attention biases are not modelled (the engine uses RoPE or learned positions)"},
+    {"parallel_attn", kParallel},
+    {"use_parallel_residual", kParallel},
+    {"parallel_residual", kParallel},
+    {"new_decoder_architecture", kParallel},
+    {"use_qk_norm", kQkNorm},
+    {"qk_layernorm", kQkNorm},
+    {"add_cross_attention",
+     "cross-attention layers are not modelled (the engine runs a decoder-only stack)"},
+    {"_remove_final_layer_norm",
+     "a model without its final norm is not modelled (the engine normalizes before the LM head)"},
+};
+
+// Mixture of experts. An expert count above 1 is refused, while 0, 1 or null declare a dense
+// model (some dense configs carry "num_experts": 0, DeepSeek's "n_routed_experts": null). Without
+// any count, an expert width or a top-k above 1 still means experts; layout fields
+// (decoder_sparse_step, moe_layer_freq, first_k_dense_replace, ...) only place the experts a
+// count declares, so they are judged through the count.
+void refuse_experts(const ConfigReader& r) {
+  bool counted = false;
+  for (const char* key :
+       {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
+    if (!r.contains(key)) continue;
+    counted = true;
+    const std::optional<double> n = r.number(key);
+    if (n && *n > 1) r.refuse(key, kDenseOnly);
+  }
+  if (counted) return;
+  for (const char* key :
+       {"moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts"}) {
+    const std::optional<double> n = r.number(key);
+    if (n && *n > 0) r.refuse(key, kDenseOnly);
+  }
+  for (const char* key : {"num_experts_per_tok", "moe_top_k"}) {
+    const std::optional<double> n = r.number(key);
+    if (n && *n > 1) r.refuse(key, kDenseOnly);
+  }
+}
+
+// What can be judged before the shapes are read: experts, attention and block variants, the
+// per-layer attention kinds of newer configs ("layer_types": full_attention only), then the
+// family (last, so that a config of a family outside kModelledFamilies is refused by the field
+// that shows why, when it has one).
+void refuse_unmodelled_fields(const ConfigReader& r, const std::string& model_type) {
+  refuse_experts(r);
+  for (const Unmodelled& u : kRefusedWhenPositive) {
+    const std::optional<double> value = r.number(u.key);
+    if (value && *value > 0) r.refuse(u.key, u.why);
+  }
+  for (const Unmodelled& u : kRefusedWhenTrue) {
+    if (r.bool_or(u.key, false)) r.refuse(u.key, u.why);
+  }
+  if (r.has("layer_types")) {
+    const json& types = r.at("layer_types");
+    if (!types.is_array()) r.fail("'layer_types' must be a list, got " + types.dump());
+    for (const json& type : types) {
+      if (!type.is_string() || type.get<std::string>() != "full_attention") {
+        r.fail("'layer_types' lists " + type.dump() +
+               " layers: only full attention is modelled (the engine attends to the whole "
+               "context in every layer)");
+      }
+    }
+  }
+  if (model_type.empty()) return;  // no model_type: the generic reading of the fields
+  std::string known;
+  for (const Family& family : kModelledFamilies) {
+    if (model_type == family.model_type) return;
+    known += (known.empty() ? "" : ", ") + std::string(family.model_type);
+  }
+  r.refuse("model_type", "not a family the engine models (" + known + ")");
+}
+
+// Sliding-window attention. The window is in use when 'sliding_window' is a positive number
+// narrower than max_position_embeddings and 'use_sliding_window' is true, or absent outside the
+// Qwen families (whose HF default is off: Qwen2.5 ships a window with the switch false), unless
+// Qwen's 'max_window_layers' (the first layer with the window) is at or past the layer count.
+void refuse_sliding_window(const ConfigReader& r, const ModelConfig& m) {
+  const std::optional<double> window = r.number("sliding_window");
+  if (!window || *window <= 0 || *window >= m.max_positions) return;
+  const bool qwen = m.model_type.rfind("qwen", 0) == 0;
+  if (!r.bool_or("use_sliding_window", !qwen)) return;
+  const std::optional<double> first = r.number("max_window_layers");
+  if (first && *first >= m.num_layers) return;
+  r.refuse("sliding_window",
+           fmt::format("sliding-window attention narrower than the model's {} positions is not "
+                       "modelled (the engine attends to the whole context)",
+                       m.max_positions));
+}
+
+// What needs the shapes: the sliding window, the attention scale, partial RoPE, OPT's variants
+// and the MLP's activation against the family's gating (the engine gates SiLU only).
+void refuse_unmodelled_shapes(const ConfigReader& r, const ModelConfig& m,
+                              const std::string& source) {
+  refuse_sliding_window(r, m);
+  const std::optional<double> scale = r.number("query_pre_attn_scalar");
+  if (scale && *scale != m.head_dim) {
+    r.refuse("query_pre_attn_scalar",
+             fmt::format("attention scores scaled by other than 1/sqrt(head_dim {}) are not "
+                         "modelled",
+                         m.head_dim));
+  }
+  if (m.positions == Positions::Rope) {
+    for (const char* key : {"partial_rotary_factor", "rotary_pct"}) {
+      const std::optional<double> part = r.number(key);
+      if (part && *part < 1.0) r.refuse(key, kPartialRope);
+    }
+    if (r.has("rope_parameters") && r.at("rope_parameters").is_object()) {
+      const ConfigReader inner(r.at("rope_parameters"), source + ": rope_parameters");
+      const std::optional<double> part = inner.number("partial_rotary_factor");
+      if (part && *part < 1.0) inner.refuse("partial_rotary_factor", kPartialRope);
+    }
+    const std::optional<double> rotary = r.number("rotary_dim");
+    if (rotary && *rotary < m.head_dim) r.refuse("rotary_dim", kPartialRope);
+  }
+  if (!r.bool_or("do_layer_norm_before", true)) {
+    r.refuse("do_layer_norm_before",
+             "post-norm blocks are not modelled (the engine normalizes before attention and MLP)");
+  }
+  const std::optional<double> embed = r.number("word_embed_proj_dim");
+  if (embed && *embed != m.hidden_size) {
+    r.refuse("word_embed_proj_dim",
+             fmt::format("embeddings projected to and from 'hidden_size' {} are not modelled",
+                         m.hidden_size));
+  }
+  const char* act = r.first_present({"hidden_act", "activation_function"});
+  if (act == nullptr) return;  // the family's default activation, which the engine runs
+  for (const Family& family : kModelledFamilies) {
+    if (m.model_type != family.model_type) continue;
+    if (family.gated_mlp && m.activation != Activation::Silu) {
+      r.refuse(act,
+               "a gated MLP with this activation is not modelled (the engine gates with "
+               "SiLU only: SwiGLU)");
+    }
+    if (!family.gated_mlp && m.activation == Activation::Silu) {
+      r.refuse(act,
+               "an un-gated MLP with SiLU is not modelled (the engine runs SiLU gated: "
+               "SwiGLU)");
+    }
+  }
+}
+
 ModelConfig parse_config(const json& config, const std::string& name, const std::string& source) {
   const ConfigReader reader(config, source);
   if (!config.is_object())
@@ -191,13 +400,16 @@ ModelConfig parse_config(const json& config, const std::string& name, const std:
   ModelConfig m;
   m.name = name;
   m.model_type = reader.string_or({"model_type"}, "");
+  refuse_unmodelled_fields(reader, m.model_type);
   const bool learned = is_learned_position_family(m.model_type) ||
                        (reader.has("n_positions") && !reader.has_any({"rotary_dim", "rope_theta"}));
 
   m.hidden_size = reader.positive_int({"hidden_size", "n_embd", "d_model"});
   m.num_layers = reader.positive_int({"num_hidden_layers", "n_layer"});
   m.num_heads = reader.positive_int({"num_attention_heads", "n_head"});
-  m.num_kv_heads = reader.positive_int_or({"num_key_value_heads"}, m.num_heads);
+  // Multi-query attention (one KV head): GPTBigCode's default, or any config's "multi_query".
+  const bool multi_query = reader.bool_or("multi_query", m.model_type == "gpt_bigcode");
+  m.num_kv_heads = reader.positive_int_or({"num_key_value_heads"}, multi_query ? 1 : m.num_heads);
   m.vocab_size = reader.positive_int({"vocab_size"});
   m.max_positions = reader.positive_int({"max_position_embeddings", "n_positions"});
 
@@ -205,7 +417,7 @@ ModelConfig parse_config(const json& config, const std::string& name, const std:
   if (reader.has_any({"intermediate_size", "ffn_dim", "n_inner"})) {
     m.intermediate_size = reader.positive_int({"intermediate_size", "ffn_dim", "n_inner"});
   } else if (reader.contains("n_inner") || reader.contains("intermediate_size") ||
-             m.model_type == "gpt2" || m.model_type == "gpt_bigcode" || m.model_type == "gpt_neo") {
+             m.model_type == "gpt2" || m.model_type == "gpt_bigcode") {
     if (m.hidden_size > std::numeric_limits<int>::max() / 4) {
       reader.fail("4 x 'hidden_size' (the default intermediate size) is too large");
     }
@@ -257,6 +469,7 @@ ModelConfig parse_config(const json& config, const std::string& name, const std:
 
   m.qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
   m.tie_word_embeddings = reader.bool_or("tie_word_embeddings", learned);
+  refuse_unmodelled_shapes(reader, m, source);
   return m;
 }
 

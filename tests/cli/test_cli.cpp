@@ -136,7 +136,8 @@ TEST(Cli, TpBadInput) {
   expect_bad_input(run("tp --collectives mpi"), "--collectives: 'mpi' is not nccl or copy-engine");
   expect_bad_input(run("tp --small-collectives mpi"),
                    "--small-collectives: 'mpi' is not auto, nccl or one-shot");
-  expect_bad_input(run("tp --overlap --overlap-chunks 17"), "--overlap-chunks: 17 is outside 1..16");
+  expect_bad_input(run("tp --overlap --overlap-chunks 17"),
+                   "--overlap-chunks: 17 is outside 1..16");
 }
 
 TEST(Cli, SeqlenBadInput) {
@@ -159,6 +160,32 @@ TEST(Cli, SeqlenIncompleteModelConfig) {
     "intermediate_size": 11008, "num_hidden_layers": 2, "num_attention_heads": 32,
     "vocab_size": 32000, "max_position_embeddings": 4096})");
   expect_bad_input(run("seqlen --model-config " + h.string()), "bad_heads.json");
+}
+
+TEST(Cli, UnmodelledModelConfigIsRefusedBeforeTheGpuCheck) {
+  // A Mixtral-style config would otherwise be timed as a dense model. Every subcommand that reads
+  // --model-config refuses it as bad input, also on a machine without a GPU (hidden here).
+  const auto mixtral = write_config("mixtral.json", R"({"model_type": "mixtral",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+    "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0, "sliding_window": null, "num_local_experts": 8,
+    "num_experts_per_tok": 2})");
+  for (const std::string module : {"seqlen", "tp", "pp", "matmul"}) {
+    SCOPED_TRACE(module);
+    expect_bad_input(
+        run(module + " --no-files --model-config " + mixtral.string(), "CUDA_VISIBLE_DEVICES="),
+        "mixtral.json': 'num_local_experts' 8: mixture-of-experts models");
+  }
+  const auto gemma2 = write_config("gemma2.json", R"({"model_type": "gemma2",
+    "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+    "max_position_embeddings": 8192, "hidden_activation": "gelu_pytorch_tanh",
+    "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+    "query_pre_attn_scalar": 256})");
+  expect_bad_input(
+      run("seqlen --no-files --model-config " + gemma2.string(), "CUDA_VISIBLE_DEVICES="),
+      "'attn_logit_softcapping' 50.0");
 }
 
 TEST(Cli, MatmulBadInput) {

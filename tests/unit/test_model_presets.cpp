@@ -300,6 +300,7 @@ TEST(ModelConfigParse, ActivationSpellings) {
                    {"gelu_fast", Activation::GeluTanh}};
   for (const auto& spelling : spellings) {
     json config = llama_like();
+    config.erase("model_type");  // the generic reading: gated exactly when SiLU (as the engine)
     config["hidden_act"] = spelling.name;
     const ModelConfig m = parse_model_config(config, "act");
     EXPECT_EQ(m.activation, spelling.activation) << spelling.name;

@@ -58,7 +58,8 @@ std::vector<std::string> preset_names();
 ModelConfig load_preset(const std::string& name);
 
 // Any HuggingFace config.json (or a folder holding one). InputError naming the file and the field
-// on an unreadable file, invalid JSON, a missing or non-positive field.
+// on an unreadable file, invalid JSON, a missing or non-positive field, or a field whose layers
+// the engine does not run (see parse_model_config).
 ModelConfig load_model_config(const std::string& path);
 
 // The --model / --model-config pair of the transformer subcommands (seqlen, tp, pp): the
@@ -76,6 +77,26 @@ int engine_layers(const ModelConfig& m, int requested);
 
 // The shared normalizer: reads the HF spellings of each field (hidden_size | n_embd | d_model,
 // ...) and fills in each family's defaults. `name` names the model in errors and in the result.
+// A config the engine does not model is refused with one InputError line, "'field' value: why",
+// naming the first field found of:
+//   mixture of experts: num_local_experts / num_experts / n_routed_experts / moe_num_experts
+//     above 1 (0, 1 or null: dense); with no count, moe_intermediate_size,
+//     shared_expert_intermediate_size or n_shared_experts above 0, num_experts_per_tok above 1;
+//   attention: kv_lora_rank / q_lora_rank (latent attention), attn_logit_softcapping,
+//     final_logit_softcapping, clip_qkv (each when positive); alibi, use_qk_norm, qk_layernorm
+//     (when true); layer_types other than full_attention; a sliding_window narrower than
+//     max_position_embeddings while in use (use_sliding_window true, or absent outside the Qwen
+//     families, and Qwen's max_window_layers below the layer count); query_pre_attn_scalar other
+//     than head_dim; partial_rotary_factor / rotary_pct below 1, rotary_dim below head_dim;
+//   blocks: parallel_attn / use_parallel_residual / parallel_residual / new_decoder_architecture,
+//     add_cross_attention, _remove_final_layer_norm (when true); do_layer_norm_before false;
+//     word_embed_proj_dim other than hidden_size;
+//   family: a model_type other than llama, mistral, phi3, qwen2, qwen3 (gated SwiGLU MLPs) and
+//     biogpt, gpt2, opt, gpt_bigcode (un-gated MLPs), or an activation that family's MLP would
+//     pair with differently than the engine (it gates SiLU only). No model_type: the generic
+//     reading, where the MLP is gated exactly when the activation is SiLU.
+// rope_scaling is accepted: it changes RoPE's angles, not the work. "multi_query" (GPTBigCode's
+// default) means one KV head.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& name);
 
 // One GEMM of a layer for T tokens: Y[tokens x out_features] = X[tokens x in_features] W^T.
