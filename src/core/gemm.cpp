@@ -145,6 +145,32 @@ GemmTolerance gemm_tolerance(GemmDtype t) {
   return {};
 }
 
+bool gemm_output_narrower(GemmDtype t) {
+  const GemmTypeInfo& info = gemm_type_info(t);
+  const std::size_t accumulate_bytes = info.compute == CUBLAS_COMPUTE_64F ? 8 : 4;
+  return element_bytes(info.d) < accumulate_bytes;
+}
+
+std::uint32_t gemm_reduction_mask(GemmDtype t, GemmReduction r) {
+  if (r == GemmReduction::Any || !gemm_output_narrower(t)) return CUBLASLT_REDUCTION_SCHEME_MASK;
+  return CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
+const char* reduction_scheme_name(std::uint32_t scheme) {
+  switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE:
+      return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE:
+      return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE:
+      return "compute";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE:
+      return "output";
+    default:
+      return "?";
+  }
+}
+
 std::size_t gemm_workspace_bytes(int cc_major) {
   return cc_major >= 9 ? (32u << 20) : (4u << 20);
 }
@@ -163,12 +189,20 @@ T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
 
 }  // namespace
 
+int GemmAlgo::split_k() const {
+  return algo_attr<int>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+}
+
+std::uint32_t GemmAlgo::reduction_scheme() const {
+  return algo_attr<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+}
+
 std::string GemmAlgo::describe() const {
-  return fmt::format("id {} tile {} stages {} splitK {} swizzle {} cluster {}",
+  return fmt::format("id {} tile {} stages {} splitK {} reduction {} swizzle {} cluster {}",
                      algo_attr<int>(algo, CUBLASLT_ALGO_CONFIG_ID),
                      algo_attr<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                     algo_attr<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                     algo_attr<int>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     algo_attr<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), split_k(),
+                     reduction_scheme_name(reduction_scheme()),
                      algo_attr<std::uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
                      algo_attr<std::uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
 }
@@ -181,7 +215,7 @@ nlohmann::ordered_json GemmAlgo::to_json() const {
 }
 
 GemmPlan::GemmPlan(const CublasLtHandle& handle, GemmDtype dtype, const GemmShape& shape,
-                   std::size_t workspace_bytes)
+                   std::size_t workspace_bytes, GemmReduction reduction)
     : handle_(handle.get()), dtype_(dtype), shape_(shape), workspace_bytes_(workspace_bytes) {
   if (auto why = gemm_shape_problem(dtype, shape)) throw InputError(*why);
   const GemmTypeInfo& info = gemm_type_info(dtype);
@@ -210,6 +244,11 @@ GemmPlan::GemmPlan(const CublasLtHandle& handle, GemmDtype dtype, const GemmShap
     const std::uint64_t ws = workspace_bytes;
     GPB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // With AccumulateType, split-K partials of a narrow D are summed in the accumulate type, so
+    // D is the accumulation rounded once: what gemm_tolerance and the reported accumulate type say.
+    const std::uint32_t mask = gemm_reduction_mask(dtype, reduction);
+    GPB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
   } catch (...) {
     reset();
     throw;

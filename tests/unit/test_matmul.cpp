@@ -1,10 +1,13 @@
 // `gpubench matmul` host logic and the GEMM wrapper's rules: data type names and support, shape,
 // layout and grid parsing, defaults per mode, alignment/layout errors, rotation sets, repeats,
-// the MAMF grid and its refinement, the tolerance table and text-valued headline keys.
+// the MAMF grid and its refinement, the tolerance table, the split-K reduction schemes allowed,
+// the verification order and rejection notes, and text-valued headline keys.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "../../src/modules/matmul/matmul.hpp"
 #include "gpubench/core/errors.hpp"
@@ -102,6 +105,97 @@ TEST(GemmShapes, ToleranceTableIsOrdered) {
   EXPECT_EQ(gemm_tolerance(GemmDtype::Int8).eps_acc, 0.0);
   EXPECT_EQ(gemm_workspace_bytes(9), 32u << 20);
   EXPECT_EQ(gemm_workspace_bytes(8), 4u << 20);
+}
+
+// Split-K partials of a D narrower than the accumulate type are summed in the accumulate type
+// (no INPLACE or OUTPUT_TYPE scheme, which round them to D's type); a D in the accumulate type
+// may use any scheme, and GemmReduction::Any lets every scheme in.
+TEST(GemmShapes, ReductionSchemesFollowTheOutputType) {
+  const std::uint32_t accumulate_only =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  for (GemmDtype t : {GemmDtype::Fp16, GemmDtype::Bf16, GemmDtype::Fp8E4M3, GemmDtype::Fp8E5M2}) {
+    EXPECT_TRUE(gemm_output_narrower(t)) << to_string(t);
+    EXPECT_EQ(gemm_reduction_mask(t, GemmReduction::AccumulateType), accumulate_only)
+        << to_string(t);
+    EXPECT_EQ(gemm_reduction_mask(t, GemmReduction::Any),
+              static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK));
+  }
+  for (GemmDtype t : {GemmDtype::Fp64, GemmDtype::Fp32, GemmDtype::Tf32, GemmDtype::Int8}) {
+    EXPECT_FALSE(gemm_output_narrower(t)) << to_string(t);
+    EXPECT_EQ(gemm_reduction_mask(t, GemmReduction::AccumulateType),
+              static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK))
+        << to_string(t);
+  }
+  EXPECT_STREQ(reduction_scheme_name(CUBLASLT_REDUCTION_SCHEME_NONE), "none");
+  EXPECT_STREQ(reduction_scheme_name(CUBLASLT_REDUCTION_SCHEME_INPLACE), "inplace");
+  EXPECT_STREQ(reduction_scheme_name(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), "compute");
+  EXPECT_STREQ(reduction_scheme_name(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE), "output");
+  EXPECT_STREQ(reduction_scheme_name(3), "?");
+}
+
+// Candidates are verified fastest first (ties in heuristic order); one that did not run is never
+// verified.
+TEST(MatmulVerification, OrderIsFastestFirstAmongThoseThatRan) {
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(verification_order({3e-3, inf, 1e-3, 2e-3, 1e-3}),
+            (std::vector<std::size_t>{2, 4, 3, 0}));
+  EXPECT_TRUE(verification_order({inf, inf}).empty());
+  EXPECT_TRUE(verification_order({}).empty());
+  EXPECT_EQ(verification_order({5e-3}), std::vector<std::size_t>{0});
+}
+
+// The note names each rejected candidate and why: the faster ones a verified figure passed over,
+// or all of them when none verified; past kNotedRejections only a count.
+TEST(MatmulVerification, RejectionNoteNamesTheCandidates) {
+  const std::string why = check_failure_text(497, 16384, 7.4321, 3, 9);
+  EXPECT_EQ(why,
+            "497 of 16384 checked entries outside the tolerance, worst 7.43x it, first at row 3 "
+            "column 9");
+  EXPECT_EQ(rejection_note({}, true), "");
+  EXPECT_EQ(rejection_note({}, false), "");
+  const RejectedAlgo split{"TN id 21 tile 18 stages 14 splitK 2 reduction inplace swizzle 0", why};
+  const std::string passed_over = rejection_note({split}, true);
+  EXPECT_EQ(passed_over.rfind("faster candidates failed verification", 0), 0u) << passed_over;
+  EXPECT_TRUE(contains(passed_over, "splitK 2 reduction inplace"));
+  EXPECT_TRUE(contains(passed_over, "(" + why + ")"));
+  std::vector<RejectedAlgo> many(kNotedRejections + 2, split);
+  many[0].config = "NN id 1";
+  const std::string none = rejection_note(many, false);
+  EXPECT_EQ(none.rfind("verification failed for every candidate", 0), 0u) << none;
+  EXPECT_TRUE(contains(none, "NN id 1 ("));
+  EXPECT_TRUE(contains(none, "; and 2 more"));
+}
+
+// A verified case lists its passed-over candidates in params and the note; a case with no
+// verified candidate has no figure at all.
+TEST(MatmulVerification, RowsCarryRejectionsAndNoFigureWithoutAVerifiedOne) {
+  CaseOutcome ok;
+  ok.gpu = 0;
+  ok.spec = {CaseKind::Shape, GemmDtype::Bf16, {8191, 8193, 4097}, ""};
+  ok.ok = true;
+  ok.tflops = 600;
+  ok.median_s = 1e-3;
+  ok.rejected = {{"TN id 21", "497 of 16384 checked entries outside the tolerance"}};
+  ok.note = rejection_note(ok.rejected, true);
+  const CaseResult r = to_case_result(ok, 989.0, false);
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.note, ok.note);
+  ASSERT_TRUE(r.params.contains("rejected_candidates"));
+  EXPECT_EQ(r.params["rejected_candidates"].size(), 1u);
+  EXPECT_EQ(r.params["rejected_candidates"][0]["config"], "TN id 21");
+  ASSERT_NE(r.find_metric("tflops"), nullptr);
+
+  CaseOutcome failed = ok;
+  failed.ok = false;
+  failed.status = "failed";
+  failed.note = rejection_note(failed.rejected, false);
+  const CaseResult f = to_case_result(failed, 989.0, false);
+  EXPECT_EQ(f.status, "failed");
+  EXPECT_EQ(f.find_metric("tflops"), nullptr);
+  EXPECT_EQ(f.find_metric("mfu"), nullptr);
+  EXPECT_TRUE(contains(f.note, "TN id 21"));
+  ASSERT_TRUE(f.params.contains("rejected_candidates"));
+  EXPECT_FALSE(f.params.contains("algo"));
 }
 
 TEST(MatmulSettings, ParsesShapesLayoutsAndGrids) {

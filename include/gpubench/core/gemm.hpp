@@ -56,8 +56,8 @@ struct GemmShape {
   // A's leading dimension in elements (column-major: from one stored column to the next), at
   // least its stored rows; 0: its stored rows (packed). The engine pads its weights' rows.
   std::int64_t lda = 0;
-  std::string to_string() const;         // "8192x8192x8192"
-  std::string layout() const;            // "TN", "NN", "NT", "TT"
+  std::string to_string() const;  // "8192x8192x8192"
+  std::string layout() const;     // "TN", "NN", "NT", "TT"
 };
 
 double gemm_flops(const GemmShape& s);  // 2 M N K
@@ -73,12 +73,32 @@ GemmOperandBytes gemm_operand_bytes(GemmDtype t, const GemmShape& s);
 std::optional<std::string> gemm_shape_problem(GemmDtype t, const GemmShape& s);
 
 // The tolerance of one D entry: |d - ref| <= eps_out * |ref| + eps_acc * sum_k |a_ik b_kj|.
-// eps_out covers rounding D to its type, eps_acc the accumulation order and reduced-precision
-// products (tf32). Zero for int8 (exact).
+// eps_out covers rounding D to its type once, eps_acc the accumulation order and reduced-precision
+// products (tf32). Zero for int8 (exact). It holds for the algorithms of a plan made with
+// GemmReduction::AccumulateType; a split-K reduction in D's type is outside it (see there).
 struct GemmTolerance {
   double eps_out = 0, eps_acc = 0;
 };
 GemmTolerance gemm_tolerance(GemmDtype t);
+
+// How a split-K algorithm may sum its partial results (cuBLASLt's reduction schemes). INPLACE and
+// OUTPUT_TYPE round each split's partial sum to D's type before the next is added: with a D
+// narrower than the accumulate type (fp16, bf16, fp8's bf16) that is an extra rounding of the
+// order of the partial's ulp, not the result's, so where the partials cancel an entry can be off
+// by several of its own ulps; the sum is no longer one in the accumulate type.
+enum class GemmReduction {
+  AccumulateType,  // no split-K, or partials summed in the accumulate type (COMPUTE_TYPE scheme)
+  Any,             // whatever the heuristic offers, reductions in D's type included
+};
+// The heuristic's reduction scheme mask (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) for `t`:
+// NONE | COMPUTE_TYPE with AccumulateType where D is narrower than the accumulate type (as torch's
+// allow_bf16_reduced_precision_reduction = False), else every scheme (a D in the accumulate type
+// is summed in it whatever the scheme).
+std::uint32_t gemm_reduction_mask(GemmDtype t, GemmReduction r);
+// Whether D is narrower than the accumulate type (fp16, bf16, fp8).
+bool gemm_output_narrower(GemmDtype t);
+// "none", "inplace", "compute", "output" for a cublasLtReductionScheme_t; "?" for another value.
+const char* reduction_scheme_name(std::uint32_t scheme);
 
 // Workspace cuBLASLt gets: 32 MiB on Hopper and newer (NVIDIA's recommendation), 4 MiB before.
 std::size_t gemm_workspace_bytes(int cc_major);
@@ -88,16 +108,23 @@ struct GemmAlgo {
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace_bytes = 0;
   float waves = 0;
-  int heuristic_rank = 0;        // 0 = the heuristic's first pick
-  std::string describe() const;  // "id 66 tile 20 stages 33 splitK 1 swizzle 0 cluster 2"
+  int heuristic_rank = 0;                  // 0 = the heuristic's first pick
+  int split_k() const;                     // CUBLASLT_ALGO_CONFIG_SPLITK_NUM
+  std::uint32_t reduction_scheme() const;  // CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME
+  // "id 66 tile 20 stages 33 splitK 1 reduction none swizzle 0 cluster 2"
+  std::string describe() const;
   nlohmann::ordered_json to_json() const;
 };
 
-// The descriptors of one dtype + shape on the current device; move-only.
+// The descriptors of one dtype + shape on the current device; move-only. The heuristic is told
+// the workspace and the reduction schemes allowed. Pointer alignment is left at cuBLASLt's
+// default assumption (MIN_ALIGNMENT_A/B/C/D_BYTES 256: matmul's operand sets are 256-byte
+// aligned); the alignment the leading dimensions allow (an odd one: the element size only)
+// cuBLASLt takes from the layouts itself.
 class GemmPlan {
  public:
   GemmPlan(const CublasLtHandle& handle, GemmDtype dtype, const GemmShape& shape,
-           std::size_t workspace_bytes);
+           std::size_t workspace_bytes, GemmReduction reduction = GemmReduction::AccumulateType);
   ~GemmPlan();
   GemmPlan(GemmPlan&& o) noexcept;
   GemmPlan& operator=(GemmPlan&& o) noexcept;

@@ -1,5 +1,6 @@
-// One GEMM case on one GPU: operand sets, the heuristic's candidates each timed, the fastest
-// verified against the fp64 reference, then measured; and the same case on every GPU at once.
+// One GEMM case on one GPU: operand sets, the heuristic's candidates each timed briefly, verified
+// against the fp64 reference fastest first until one passes, that one measured; and the same case
+// on every GPU at once.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -63,6 +64,21 @@ OperandSets make_sets(int gpu, GemmDtype dtype, const GemmShape& shape, int sets
   return s;
 }
 
+// One algorithm of one layout's plan, and its brief time per GEMM (infinite: it did not run).
+struct Candidate {
+  const GemmPlan* plan;
+  GemmAlgo algo;
+  double brief_s = std::numeric_limits<double>::infinity();
+  std::string name() const { return plan->shape().layout() + " " + algo.describe(); }
+};
+
+// What the fp64 reference check of one candidate found.
+struct CheckResult {
+  std::uint64_t checked = 0, wrong = 0;
+  double max_error_ratio = 0, max_rel_error = 0;
+  std::string why;  // why it failed; "" when it passed
+};
+
 }  // namespace
 
 struct GpuBench::Impl {
@@ -93,8 +109,11 @@ struct GpuBench::Impl {
   double idle_before_s = 0;
 
   CaseOutcome run(const CaseSpec& spec, int algos, const MeasureOptions& opts, Monitor* monitor);
-  void verify(const GemmPlan& plan, const GemmAlgo& algo, const OperandSets& sets,
-              CaseOutcome& out);
+  void time_briefly(std::vector<Candidate>& candidates, const OperandSets& sets,
+                    const MeasureOptions& opts, int& reps);
+  const Candidate* first_verified(const std::vector<Candidate>& candidates, const OperandSets& sets,
+                                  CaseOutcome& out);
+  CheckResult verify(const GemmPlan& plan, const GemmAlgo& algo, const OperandSets& sets);
 };
 
 GpuBench::GpuBench(Context& ctx, int gpu) : impl_(new Impl(ctx, gpu)) {}
@@ -152,7 +171,7 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
   // `algos` candidates of the requested layout, and its first few of each other layout.
   std::vector<GemmPlan> plans;
   plans.reserve(4);
-  plans.emplace_back(handle, spec.dtype, shape, workspace.bytes());
+  plans.emplace_back(handle, spec.dtype, shape, workspace.bytes(), spec.reduction);
   if (spec.any_layout)
     for (bool ta : {true, false})
       for (bool tb : {false, true}) {
@@ -160,12 +179,8 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
         GemmShape other = shape;
         other.trans_a = ta;
         other.trans_b = tb;
-        plans.emplace_back(handle, spec.dtype, other, workspace.bytes());
+        plans.emplace_back(handle, spec.dtype, other, workspace.bytes(), spec.reduction);
       }
-  struct Candidate {
-    const GemmPlan* plan;
-    GemmAlgo algo;
-  };
   std::vector<Candidate> candidates;
   for (std::size_t p = 0; p < plans.size(); ++p) {
     try {
@@ -177,69 +192,34 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
     }
   }
   int reps = 1;
-  const Candidate* current = nullptr;
-  const Launch launch = [&](cudaStream_t s, int iteration) {
-    for (int r = 0; r < reps; ++r) {
-      const int i = (iteration * reps + r) % sets.count();
-      current->plan->run(current->algo, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
-    }
-  };
-
-  // Each candidate briefly, at the same repeats (sized on the first that runs); the fastest wins.
-  MeasureOptions quick_opts = opts;
-  quick_opts.fixed_iters = 0;
-  quick_opts.warmup = 1;
-  quick_opts.min_iters = 5;
-  // Long enough that a power-capped GPU's clock settles into each candidate's rate.
-  quick_opts.min_time_s = std::min(0.05, std::max(0.02, opts.min_time_s));
-  quick_opts.max_noise = 0.02;
-  quick_opts.max_time_s = 0.3;
-  double best_s = std::numeric_limits<double>::infinity();
-  std::size_t best = candidates.size();
-  bool calibrated = false;
-  for (std::size_t c = 0; c < candidates.size(); ++c) {
-    current = &candidates[c];
-    try {
-      if (!calibrated) {
-        const Measurement calib = measurer->run(stream.get(), launch, quick_opts, nullptr);
-        reps = repeats_for(calib.median_s());
-        if (calib.median_s() > 5e-3) quick_opts.min_iters = 3;
-        calibrated = true;
-      }
-      const Measurement m = measurer->run(stream.get(), launch, quick_opts, nullptr);
-      const double per_gemm = m.median_s() / reps;
-      if (c == 0) out.first_pick_tflops = TFLOPs(gemm_flops(shape), per_gemm);
-      if (per_gemm < best_s) {
-        best_s = per_gemm;
-        best = c;
-      }
-      ++out.candidates_timed;
-    } catch (const GpuError& e) {
-      spdlog::debug("matmul: candidate {} of {} {} failed: {}", c, to_string(spec.dtype),
-                    shape.to_string(), e.what());
-      (void)cudaGetLastError();
-    }
-  }
-  if (best == candidates.size())
+  time_briefly(candidates, sets, opts, reps);
+  for (const auto& c : candidates) out.candidates_timed += std::isfinite(c.brief_s) ? 1 : 0;
+  if (out.candidates_timed == 0)
     throw GpuError(fmt::format("no cuBLASLt candidate ran for {} {}", to_string(spec.dtype),
                                shape.to_string()));
-  current = &candidates[best];
-  const GemmPlan& plan = *current->plan;
-  out.spec.shape = plan.shape();  // the layout that won
-  out.algo = current->algo;
+  if (std::isfinite(candidates[0].brief_s))
+    out.first_pick_tflops = TFLOPs(gemm_flops(shape), candidates[0].brief_s);
+
+  const Candidate* chosen = first_verified(candidates, sets, out);
+  if (!chosen) return out;
+  out.spec.shape = chosen->plan->shape();  // the layout that won
+  out.algo = chosen->algo;
   out.repeats = reps;
   // The gain over the heuristic's first pick (requested layout), both timed briefly alike.
-  const double best_brief_tflops = TFLOPs(gemm_flops(shape), best_s);
+  const double chosen_brief_tflops = TFLOPs(gemm_flops(shape), chosen->brief_s);
   out.first_pick_gain_pct =
-      out.first_pick_tflops > 0 ? 100.0 * (best_brief_tflops / out.first_pick_tflops - 1.0) : 0.0;
-
-  verify(plan, current->algo, sets, out);
-  if (out.status != "ok") return out;
+      out.first_pick_tflops > 0 ? 100.0 * (chosen_brief_tflops / out.first_pick_tflops - 1.0) : 0.0;
 
   if (idle_before_s > 0) {  // let the power limiter's budget refill before a burst
     stream.synchronize();
     std::this_thread::sleep_for(std::chrono::duration<double>(idle_before_s));
   }
+  const Launch launch = [&](cudaStream_t s, int iteration) {
+    for (int r = 0; r < reps; ++r) {
+      const int i = (iteration * reps + r) % sets.count();
+      chosen->plan->run(chosen->algo, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
+    }
+  };
   const Measurement m = measurer->run(stream.get(), launch, opts, monitor);
   if (monitor) ctx.merge_monitor(m.monitor);
   const double flops = gemm_flops(shape) * reps;
@@ -252,9 +232,80 @@ CaseOutcome GpuBench::Impl::run(const CaseSpec& spec, int algos, const MeasureOp
   return out;
 }
 
-// Runs the chosen algorithm once on set 0 and recomputes entries of D in fp64.
-void GpuBench::Impl::verify(const GemmPlan& plan, const GemmAlgo& algo, const OperandSets& sets,
-                            CaseOutcome& out) {
+// Each candidate briefly, at the same repeats (sized on the first that runs): its brief_s is the
+// median time per GEMM; one that throws keeps an infinite brief_s.
+void GpuBench::Impl::time_briefly(std::vector<Candidate>& candidates, const OperandSets& sets,
+                                  const MeasureOptions& opts, int& reps) {
+  const Candidate* current = nullptr;
+  const Launch launch = [&](cudaStream_t s, int iteration) {
+    for (int r = 0; r < reps; ++r) {
+      const int i = (iteration * reps + r) % sets.count();
+      current->plan->run(current->algo, sets.a[i], sets.b[i], sets.d[i], workspace.get(), s);
+    }
+  };
+  MeasureOptions quick_opts = opts;
+  quick_opts.fixed_iters = 0;
+  quick_opts.warmup = 1;
+  quick_opts.min_iters = 5;
+  // Long enough that a power-capped GPU's clock settles into each candidate's rate.
+  quick_opts.min_time_s = std::min(0.05, std::max(0.02, opts.min_time_s));
+  quick_opts.max_noise = 0.02;
+  quick_opts.max_time_s = 0.3;
+  bool calibrated = false;
+  for (Candidate& c : candidates) {
+    current = &c;
+    try {
+      if (!calibrated) {
+        const Measurement calib = measurer->run(stream.get(), launch, quick_opts, nullptr);
+        reps = repeats_for(calib.median_s());
+        if (calib.median_s() > 5e-3) quick_opts.min_iters = 3;
+        calibrated = true;
+      }
+      c.brief_s = measurer->run(stream.get(), launch, quick_opts, nullptr).median_s() / reps;
+    } catch (const GpuError& e) {
+      spdlog::debug("matmul: candidate {} failed: {}", c.name(), e.what());
+      (void)cudaGetLastError();
+    }
+  }
+}
+
+// The candidates verified fastest first until one passes: that one, its check in `out`, and the
+// faster ones that failed in out.rejected. None passing: nullptr, `out` failed with every
+// rejection named. Only a candidate that passed may give the case its figure.
+const Candidate* GpuBench::Impl::first_verified(const std::vector<Candidate>& candidates,
+                                                const OperandSets& sets, CaseOutcome& out) {
+  std::vector<double> brief;
+  for (const auto& c : candidates) brief.push_back(c.brief_s);
+  for (std::size_t i : verification_order(brief)) {
+    const Candidate& c = candidates[i];
+    CheckResult r;
+    try {
+      r = verify(*c.plan, c.algo, sets);
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const GpuError& e) {
+      (void)cudaGetLastError();
+      r.why = e.what();
+    }
+    if (r.why.empty()) {
+      out.checked = r.checked;
+      out.max_error_ratio = r.max_error_ratio;
+      out.max_rel_error = r.max_rel_error;
+      out.note = rejection_note(out.rejected, true);
+      return &c;
+    }
+    spdlog::warn("matmul: GPU {} {} {}: {} failed verification ({}); the next fastest is checked",
+                 gpu, to_string(c.plan->dtype()), c.plan->shape().to_string(), c.name(), r.why);
+    out.rejected.push_back({c.name(), r.why});
+  }
+  out.status = "failed";
+  out.note = rejection_note(out.rejected, false);
+  return nullptr;
+}
+
+// Runs `algo` once on set 0 and recomputes entries of D in fp64 against gemm_tolerance.
+CheckResult GpuBench::Impl::verify(const GemmPlan& plan, const GemmAlgo& algo,
+                                   const OperandSets& sets) {
   const GemmShape& shape = plan.shape();
   const GemmTypeInfo& info = gemm_type_info(plan.dtype());
   plan.run(algo, sets.a[0], sets.b[0], sets.d[0], workspace.get(), stream.get());
@@ -280,20 +331,17 @@ void GpuBench::Impl::verify(const GemmPlan& plan, const GemmAlgo& algo, const Op
   GPB_CUDA_CHECK(
       cudaMemcpyAsync(&got, tally.get(), sizeof(got), cudaMemcpyDeviceToHost, stream.get()));
   stream.synchronize();
-  out.checked = got.checked;
-  out.max_error_ratio = float_from_bits(got.max_error_ratio_bits);
-  out.max_rel_error = float_from_bits(got.max_rel_error_bits);
-  if (got.checked != args.entries) {
-    out.status = "failed";
-    out.note = fmt::format("verification checked {} of {} entries", got.checked, args.entries);
-  } else if (got.wrong > 0) {
-    const long long i = got.first_wrong % shape.m, j = got.first_wrong / shape.m;
-    out.status = "failed";
-    out.note = fmt::format(
-        "verification failed: {} of {} entries outside the tolerance (worst {:.3g}x it; first "
-        "at row {}, column {}) with {}",
-        got.wrong, got.checked, out.max_error_ratio, i, j, algo.describe());
-  }
+  CheckResult r;
+  r.checked = got.checked;
+  r.wrong = got.wrong;
+  r.max_error_ratio = float_from_bits(got.max_error_ratio_bits);
+  r.max_rel_error = float_from_bits(got.max_rel_error_bits);
+  if (got.checked != args.entries)
+    r.why = fmt::format("the check covered {} of {} entries", got.checked, args.entries);
+  else if (got.wrong > 0)
+    r.why = check_failure_text(got.wrong, got.checked, r.max_error_ratio, got.first_wrong % shape.m,
+                               got.first_wrong / shape.m);
+  return r;
 }
 
 std::vector<CaseOutcome> run_on_all(Context& ctx, std::vector<std::unique_ptr<GpuBench>>& benches,

@@ -48,6 +48,9 @@ struct CaseSpec {
   std::string label;  // model GEMM name ("qkv", ...) or ""
   // Also time the other layouts (NN, NT, TT) of the same bytes and keep the fastest.
   bool any_layout = false;
+  // The split-K reductions the candidates may use. Any (tests only) lets reductions in D's type
+  // in, which the check then rejects where their extra rounding leaves the tolerance.
+  GemmReduction reduction = GemmReduction::AccumulateType;
 };
 
 // What a run does, after defaults and validation.
@@ -102,6 +105,24 @@ inline constexpr int kOtherLayoutAlgos = 3;
 inline constexpr int kMaxRepeats = 8;
 int repeats_for(double gemm_seconds, double target_s = 25e-6);
 
+// The order the timed candidates are verified in until one passes: those that ran (a finite
+// brief time per GEMM), fastest first, ties in the given (heuristic) order.
+std::vector<std::size_t> verification_order(const std::vector<double>& brief_seconds);
+
+// A candidate that failed its check, as the row names it.
+struct RejectedAlgo {
+  std::string config;  // the layout and GemmAlgo::describe(): "TN id 21 tile 18 ... cluster 0"
+  std::string why;     // check_failure_text(), or the error it ran into
+};
+// "497 of 16384 checked entries outside the tolerance, worst 7.43x it, first at row 3 column 9"
+std::string check_failure_text(std::uint64_t wrong, std::uint64_t checked, double worst_ratio,
+                               std::int64_t row, std::int64_t column);
+// The row's note on the rejected candidates ("" when none): with `verified`, the faster ones the
+// figure passed over; else why the case has no figure. At most kNotedRejections in full, then
+// how many more.
+inline constexpr std::size_t kNotedRejections = 4;
+std::string rejection_note(const std::vector<RejectedAlgo>& rejected, bool verified);
+
 // The MAMF search: every M x N x K of the grid, then (refine) the neighbours of the best at
 // half and a quarter of the grid's smallest step.
 std::vector<GemmShape> mamf_grid(const std::vector<std::int64_t>& sizes, bool trans_a,
@@ -124,7 +145,10 @@ struct CaseOutcome {
   double first_pick_tflops = 0;    // the heuristic's first pick, timed briefly (0: it failed)
   double first_pick_gain_pct = 0;  // how much the chosen algorithm beat it, same brief timing
   double mean_tflops = 0, max_tflops = 0;  // mean time, fastest iteration
-  GemmAlgo algo;
+  GemmAlgo algo;                           // the fastest candidate that verified
+  // Candidates that failed verification, fastest first: all of them when none verified, else
+  // those faster than `algo`.
+  std::vector<RejectedAlgo> rejected;
   int candidates_timed = 0, repeats = 1, sets = 1;
   std::uint64_t checked = 0;
   double max_error_ratio = 0, max_rel_error = 0;
@@ -138,7 +162,8 @@ class GpuBench {
   ~GpuBench();
   GpuBench(const GpuBench&) = delete;
   GpuBench& operator=(const GpuBench&) = delete;
-  // Searches the algorithms, verifies the chosen one, measures it. `opts` times the final run;
+  // Times the heuristic's candidates briefly, verifies them fastest first until one passes,
+  // measures that one (the case fails when none passes). `opts` times the final run;
   // `monitor` (may be null) samples while it runs. Errors of the case become a failed outcome.
   CaseOutcome run_case(const CaseSpec& spec, int algos, const MeasureOptions& opts,
                        Monitor* monitor);

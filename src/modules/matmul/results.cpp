@@ -1,6 +1,7 @@
 // `gpubench matmul` rows: one per case and GPU, with the algorithm, the check and the clocks.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpubench/core/peaks.hpp"
@@ -25,6 +26,24 @@ std::string group_of(const CaseSpec& spec, const std::string& model, std::int64_
   return t;
 }
 
+std::string check_failure_text(std::uint64_t wrong, std::uint64_t checked, double worst_ratio,
+                               std::int64_t row, std::int64_t column) {
+  return fmt::format(
+      "{} of {} checked entries outside the tolerance, worst {:.3g}x it, first at row {} column {}",
+      wrong, checked, worst_ratio, row, column);
+}
+
+std::string rejection_note(const std::vector<RejectedAlgo>& rejected, bool verified) {
+  if (rejected.empty()) return "";
+  std::string note = verified ? "faster candidates failed verification and were passed over: "
+                              : "verification failed for every candidate that ran: ";
+  const std::size_t shown = std::min(rejected.size(), kNotedRejections);
+  for (std::size_t i = 0; i < shown; ++i)
+    note += fmt::format("{}{} ({})", i ? "; " : "", rejected[i].config, rejected[i].why);
+  if (rejected.size() > shown) note += fmt::format("; and {} more", rejected.size() - shown);
+  return note;
+}
+
 CaseResult to_case_result(const CaseOutcome& o, const std::optional<double>& peak_tflops,
                           bool several_gpus) {
   CaseResult r;
@@ -41,6 +60,10 @@ CaseResult to_case_result(const CaseOutcome& o, const std::optional<double>& pea
   if (!o.spec.label.empty()) r.params["gemm"] = o.spec.label;
   r.status = o.status;
   r.note = o.note;
+  if (!o.rejected.empty()) {
+    auto& list = r.params["rejected_candidates"] = nlohmann::ordered_json::array();
+    for (const auto& x : o.rejected) list.push_back({{"config", x.config}, {"why", x.why}});
+  }
   if (!o.ok) return r;
   r.params["algo"] = o.algo.to_json();
   r.params["candidates_timed"] = o.candidates_timed;
@@ -55,7 +78,9 @@ CaseResult to_case_result(const CaseOutcome& o, const std::optional<double>& pea
   if (const GpuMonitorSummary* g = o.measurement.monitor.sampled(o.gpu)) {
     r.metric("sm_clock_min", g->sm_clock_min_MHz, "MHz");
     r.metric("power_max", g->power_max_W, "W");
-    if (g->throttled()) r.note = "throttled: " + throttling_list(g->throttle_reasons);
+    if (g->throttled())
+      r.note = (r.note.empty() ? "" : r.note + "; ") +
+               "throttled: " + throttling_list(g->throttle_reasons);
   }
   // Per GEMM: an iteration ran `repeats` of them back to back.
   Stats st = o.measurement.stats;

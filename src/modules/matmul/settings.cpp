@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "gpubench/core/errors.hpp"
@@ -293,6 +294,16 @@ int repeats_for(double gemm_seconds, double target_s) {
   if (!(gemm_seconds > 0)) return 1;
   const double r = std::ceil(target_s / gemm_seconds);
   return static_cast<int>(std::clamp(r, 1.0, static_cast<double>(kMaxRepeats)));
+}
+
+std::vector<std::size_t> verification_order(const std::vector<double>& brief_seconds) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < brief_seconds.size(); ++i)
+    if (std::isfinite(brief_seconds[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return brief_seconds[a] < brief_seconds[b];
+  });
+  return order;
 }
 
 std::vector<GemmShape> mamf_grid(const std::vector<std::int64_t>& sizes, bool trans_a,
