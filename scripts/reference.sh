@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and the reference benchmarks that docs/RESULTS.md cites on a GPU machine,
+# with the peers measured beside them, and packs the results for results/reference/<kind>/.
+#
+# Usage: scripts/reference.sh KIND OUT_DIR [STEP...]
+#   KIND     h200 (one GPU), h200x2 or h200x4: names the folder and picks the default steps
+#   OUT_DIR  where <kind>.tar.gz is written: one folder per step holding the step's report
+#            (JSON + Markdown), logs/ with every step's console output, steps.log (exit code and
+#            wall seconds of each step) and tests.txt (each GPU test's summary line)
+#   STEP     any of the steps below; none: the kind's default list
+# Environment: GPUBENCH_BUILD_DIR (default build) holds gpubench and tests/; NCCL_TESTS_DIR, a
+# folder with nccl-tests' all_reduce_perf, for the nccl_tests step; REFERENCE_TESTS, a
+# space-separated list of GPU test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
+#
+# Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
+# seqlen_quick torch_matmul torch_decode; several GPUs: tests env bandwidth allreduce allreduce_mpi tp pp
+# quick_start nccl_tests):
+#   tests         every GPU test binary (ctest's files hold the build machine's paths)
+#   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
+#   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
+#   matmul_odd    odd GEMM shapes (no 16-byte aligned leading dimension) of every dtype that
+#                 takes them (fp8 and int8 need multiples of 16 and 4: gpu_test_gemm covers them)
+#   matmul_model  llama-2-7b's GEMMs at 4096 tokens, bf16 and fp8
+#   seqlen_decode batch-1 decode and prefill at 512, 2048 and 8192 tokens (the headline points)
+#   seqlen_quick  seqlen --quick
+#   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
+#   torch_matmul torch_decode  PyTorch peers (scripts/peers/), when torch is there
+#   nccl_tests    nccl-tests' all_reduce_perf beside allreduce: 8 B..8 GiB, plain and with graphs
+set -uo pipefail
+kind=${1:?usage: scripts/reference.sh KIND OUT_DIR [STEP...]}
+out=${2:?usage: scripts/reference.sh KIND OUT_DIR [STEP...]}
+shift 2
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${GPUBENCH_BUILD_DIR:-$repo/build}" && pwd)
+bin=$build/gpubench
+export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+case "$kind" in
+  h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
+    torch_matmul torch_decode" ;;
+  h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi tp pp quick_start nccl_tests" ;;
+  *) echo "reference.sh: unknown kind '$kind' (h200, h200x2, h200x4)" >&2 && exit 2 ;;
+esac
+steps=" $(echo ${*:-$defaults}) "
+work=$(mktemp -d)/$kind
+mkdir -p "$work/logs"
+has() { [[ "$steps" == *" $1 "* ]]; }
+
+# timed NAME LIMIT CMD...: CMD's output in logs/NAME.log, its exit code and wall seconds in
+# steps.log (and on stdout).
+timed() {
+  local name=$1 limit=$2
+  shift 2
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  timeout "$limit" "$@" >"$work/logs/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  printf '%-24s rc=%-3s %8.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" |
+    tee -a "$work/steps.log"
+  pack
+}
+# The archive is rewritten after every step, so a run cut short keeps the steps it finished.
+pack() { tar -C "$(dirname "$work")" -czf "$out/$kind.tar.gz" "$kind"; }
+gpb() {  # gpb STEP LIMIT ARGS...: gpubench ARGS with its reports in STEP/
+  local name=$1 limit=$2
+  shift 2
+  timed "$name" "$limit" "$bin" "$@" --output-dir "$work/$name"
+}
+
+nvidia-smi >"$work/logs/nvidia-smi.txt" 2>&1
+nvidia-smi topo -m >>"$work/logs/nvidia-smi.txt" 2>&1
+"$bin" --version >>"$work/steps.log" 2>&1
+if has tests; then
+  for t in "$build"/tests/gpu_test_*; do
+    [[ -z "${REFERENCE_TESTS:-}" || " $REFERENCE_TESTS " == *" ${t##*/gpu_test_} "* ]] || continue
+    timed "$(basename "$t")" 400 "$t"
+    printf '%-32s %s\n' "$(basename "$t")" \
+      "$(grep -hE '^\[  (PASSED|FAILED|SKIPPED)|tests? (passed|failed)' "$work/logs/$(basename "$t").log" |
+        tr '\n' ' ')" >>"$work/tests.txt"
+  done
+fi
+has env && gpb env 60 env
+has bandwidth && gpb bandwidth 400 bandwidth
+has allreduce && gpb allreduce 400 allreduce --collective all -b 8 -e 8G -f 2
+has allreduce_mpi && command -v mpirun >/dev/null && timed allreduce_mpi 300 mpirun \
+  --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce -b 64M \
+  -e 8G -f 2 --output-dir "$work/allreduce_mpi"
+has matmul && gpb matmul 400 matmul
+has matmul_odd && gpb matmul_odd 300 matmul --shapes 8191x8193x4097,4095x4097x1023,1023x1025x513 \
+  --dtypes fp64,fp32,tf32,fp16,bf16
+has matmul_model && gpb matmul_model 300 matmul --model llama-2-7b --tokens 4096 \
+  --dtypes bf16,fp8_e4m3
+has seqlen && gpb seqlen 500 seqlen
+has seqlen_decode && gpb seqlen_decode 200 seqlen --seq-lens 512,2048,8192 --batch-sizes 1 \
+  --output-lens 50 --force-length
+has seqlen_quick && gpb seqlen_quick 200 seqlen --quick
+has tp && gpb tp 400 tp
+has pp && gpb pp 500 pp
+has quick_start && GPUBENCH_SKIP_BUILD=1 timed quick_start 400 bash "$repo/scripts/quick_start.sh" \
+  quick --output-dir "$work/quick_start"
+if python3 -c "import torch" 2>/dev/null; then
+  has torch_matmul && timed torch_matmul 300 python3 "$repo/scripts/peers/torch_matmul.py"
+  has torch_decode && timed torch_decode 400 python3 "$repo/scripts/peers/torch_compiled_decode.py"
+fi
+if has nccl_tests && [[ -x "${NCCL_TESTS_DIR:-}/all_reduce_perf" ]]; then
+  timed nccl_tests 300 "$NCCL_TESTS_DIR/all_reduce_perf" -b 8 -e 8G -f 2 -g "$ngpu"
+  timed nccl_tests_graph 200 "$NCCL_TESTS_DIR/all_reduce_perf" -b 8 -e 128M -f 2 -g "$ngpu" -G 100
+fi
+pack
+cat "$work/steps.log"
+cat "$work/tests.txt" 2>/dev/null
