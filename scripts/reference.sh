@@ -8,13 +8,14 @@
 #            (JSON + Markdown), logs/ with every step's console output, steps.log (exit code and
 #            wall seconds of each step) and tests.txt (each GPU test's summary line)
 #   STEP     any of the steps below; none: the kind's default list
-# Environment: GPUBENCH_BUILD_DIR (default build) holds gpubench and tests/; NCCL_TESTS_DIR, a
-# folder with nccl-tests' all_reduce_perf, for the nccl_tests step; REFERENCE_TESTS, a
-# space-separated list of GPU test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
+# Environment: GPUBENCH_BUILD_DIR (default build) holds gpubench and tests/; PEERS_DIR, a folder
+# with the peers' binaries built for this machine (nccl-tests' all_reduce_perf, BabelStream's
+# cuda-stream, nvbandwidth), for the peer steps; REFERENCE_TESTS, a space-separated list of GPU
+# test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick torch_matmul torch_decode; several GPUs: tests env bandwidth allreduce allreduce_mpi tp pp
-# quick_start nccl_tests):
+# seqlen_quick torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env bandwidth
+# allreduce allreduce_mpi tp pp quick_start nccl_tests nvbandwidth):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -26,6 +27,8 @@
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   torch_matmul torch_decode  PyTorch peers (scripts/peers/), when torch is there
 #   nccl_tests    nccl-tests' all_reduce_perf beside allreduce: 8 B..8 GiB, plain and with graphs
+#   babelstream   BabelStream's CUDA build, fp64, 2 GiB arrays as gpubench bandwidth uses
+#   nvbandwidth   nvbandwidth's host<->device copies and, with several GPUs, its peer copies
 set -uo pipefail
 kind=${1:?usage: scripts/reference.sh KIND OUT_DIR [STEP...]}
 out=${2:?usage: scripts/reference.sh KIND OUT_DIR [STEP...]}
@@ -37,8 +40,9 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-    torch_matmul torch_decode" ;;
-  h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi tp pp quick_start nccl_tests" ;;
+      torch_matmul torch_decode babelstream nvbandwidth" ;;
+  h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi tp pp quick_start nccl_tests
+    nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -103,9 +107,19 @@ if python3 -c "import torch" 2>/dev/null; then
   has torch_matmul && timed torch_matmul 300 python3 "$repo/scripts/peers/torch_matmul.py"
   has torch_decode && timed torch_decode 400 python3 "$repo/scripts/peers/torch_compiled_decode.py"
 fi
-if has nccl_tests && [[ -x "${NCCL_TESTS_DIR:-}/all_reduce_perf" ]]; then
-  timed nccl_tests 300 "$NCCL_TESTS_DIR/all_reduce_perf" -b 8 -e 8G -f 2 -g "$ngpu"
-  timed nccl_tests_graph 200 "$NCCL_TESTS_DIR/all_reduce_perf" -b 8 -e 128M -f 2 -g "$ngpu" -G 100
+peers=${PEERS_DIR:-/nonexistent}
+if has nccl_tests && [[ -x "$peers/all_reduce_perf" ]]; then
+  timed nccl_tests 300 "$peers/all_reduce_perf" -b 8 -e 8G -f 2 -g "$ngpu"
+  timed nccl_tests_graph 200 "$peers/all_reduce_perf" -b 8 -e 128M -f 2 -g "$ngpu" -G 100
+fi
+# 2^28 fp64 elements: the 2 GiB arrays of gpubench bandwidth's HBM tests.
+has babelstream && [[ -x "$peers/cuda-stream" ]] &&
+  timed babelstream 120 "$peers/cuda-stream" --arraysize 268435456 --numtimes 100
+if has nvbandwidth && [[ -x "$peers/nvbandwidth" ]]; then
+  tests_nvb="host_to_device_memcpy_ce device_to_host_memcpy_ce"
+  ((ngpu > 1)) && tests_nvb+=" device_to_device_memcpy_read_ce device_to_device_bidirectional_memcpy_read_ce
+    device_to_device_memcpy_read_sm"
+  timed nvbandwidth 300 "$peers/nvbandwidth" $(printf -- '-t %s ' $tests_nvb)
 fi
 pack
 cat "$work/steps.log"
