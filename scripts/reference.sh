@@ -15,7 +15,8 @@
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
 # seqlen_quick torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env bandwidth
-# allreduce allreduce_mpi tp pp quick_start nccl_tests nvbandwidth):
+# allreduce allreduce_mpi tp pp quick_start nccl_tests nvbandwidth; not by default: sigterm
+# sigterm_mpi):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -25,6 +26,7 @@
 #   seqlen_decode batch-1 decode and prefill at 512, 2048 and 8192 tokens (the headline points)
 #   seqlen_quick  seqlen --quick
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
+#   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
 #   torch_matmul torch_decode  PyTorch peers (scripts/peers/), when torch is there
 #   nccl_tests    nccl-tests' all_reduce_perf beside allreduce: 8 B..8 GiB, plain and with graphs
 #   babelstream   BabelStream's CUDA build, fp64, 2 GiB arrays as gpubench bandwidth uses
@@ -101,6 +103,25 @@ has seqlen_decode && gpb seqlen_decode 200 seqlen --seq-lens 512,2048,8192 --bat
 has seqlen_quick && gpb seqlen_quick 200 seqlen --quick
 has tp && gpb tp 400 tp
 has pp && gpb pp 500 pp
+# sigterm: the all_reduce sweep stopped by SIGTERM (as Slurm's time limit does) after SIGTERM_AFTER
+# seconds (default 20): exit 143 and a partial report of the sizes that finished; sigterm_mpi
+# the same under mpirun, the signal sent to mpirun, which passes it to every rank.
+stopped() {  # stopped NAME CMD...: CMD in the background, SIGTERM after a while, its exit code
+  local name=$1
+  shift
+  mkdir -p "$work/$name"
+  "$@" --output-dir "$work/$name/report" >"$work/logs/$name.log" 2>&1 &
+  local pid=$!
+  sleep "${SIGTERM_AFTER:-20}"
+  kill -TERM "$pid"
+  wait "$pid"
+  echo "exit code $? after SIGTERM at ${SIGTERM_AFTER:-20} s" | tee -a "$work/logs/$name.log" |
+    sed "s/^/$name: /" | tee -a "$work/steps.log"
+  pack
+}
+has sigterm && stopped sigterm "$bin" allreduce --collective all -b 8 -e 8G -f 2
+has sigterm_mpi && command -v mpirun >/dev/null && stopped sigterm_mpi mpirun --allow-run-as-root \
+  --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce --collective all -b 8 -e 8G -f 2
 has quick_start && GPUBENCH_SKIP_BUILD=1 timed quick_start 400 bash "$repo/scripts/quick_start.sh" \
   quick --output-dir "$work/quick_start"
 if python3 -c "import torch" 2>/dev/null; then

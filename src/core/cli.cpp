@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -25,18 +26,38 @@
 
 namespace gpubench {
 
+namespace {
+
+// A number at least (or, `strict`, above) zero, and finite: CLI11's own range validators let
+// "nan" through (every comparison with it is false) and name infinity with 300 digits.
+CLI::Validator finite_number(bool strict) {
+  return CLI::Validator(
+      [strict](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (!std::isfinite(v)) return "'" + text + "' is not a finite number";
+        if (strict ? !(v > 0) : !(v >= 0))
+          return "'" + text + "' must be " + (strict ? "greater than 0" : "0 or more");
+        return "";
+      },
+      strict ? "POSITIVE" : "NONNEGATIVE");
+}
+
+}  // namespace
+
 void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
   app.add_option("--gpus", c.gpus, "GPUs to use: all, 0,1 or 0-3")->capture_default_str();
   app.add_flag("--quick", c.quick, "Short run: smaller sizes, fewer iterations");
   app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", c.warmup, "Untimed iterations first")->check(CLI::NonNegativeNumber);
+      ->check(finite_number(true));
+  app.add_option("--warmup", c.warmup, "Untimed iterations first")->check(finite_number(false));
   app.add_option("--min-time", c.min_time, "Minimum timed GPU seconds per measurement")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(false));
   app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this (e.g. 0.005)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(false));
   app.add_option("--max-time", c.max_time, "Wall-clock cap per measurement, seconds")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(true));
   app.add_option("--l2", c.l2, "L2 policy: cold, rotate, hot")
       ->check(CLI::IsMember({"cold", "rotate", "hot"}))
       ->capture_default_str();
@@ -54,12 +75,31 @@ namespace {
 
 constexpr const char* kCommonSection = "common";
 
-void on_sigint(int) {
-  if (Context::interrupted()) {  // second Ctrl-C: stop now
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+// Bad input that one MPI rank may meet alone (it depends on its node): printed by that rank.
+struct RankInputError : InputError {
+  using InputError::InputError;
+};
+
+// SIGINT and SIGTERM ask the run to stop between cases and report what finished; a second one
+// ends the process at once.
+void on_stop_signal(int sig) {
+  if (Context::interrupted()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
-  Context::request_interrupt();
+  Context::request_interrupt(sig);
+}
+
+// 130 after SIGINT, 143 after SIGTERM, 0 when no signal stopped the run.
+int signal_exit_code() {
+  switch (Context::interrupt_signal()) {
+    case 0:
+      return 0;
+    case SIGTERM:
+      return kExitTerminated;
+    default:
+      return kExitInterrupted;
+  }
 }
 
 void setup_logging(const std::string& level) {
@@ -71,6 +111,20 @@ void setup_logging(const std::string& level) {
     made = true;
   }
   spdlog::set_level(spdlog::level::from_str(level));
+}
+
+// Every floating-point option must be a finite number: CLI11 reads "nan" and "inf" as doubles,
+// and a NaN passes every range check (each comparison with it is false).
+void refuse_non_finite(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_type_name().rfind("FLOAT", 0) != 0) continue;
+    for (const std::string& text : o->results()) {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (end != text.c_str() && !std::isfinite(v))
+        throw CLI::ValidationError(o->get_name(), fmt::format("'{}' is not a finite number", text));
+    }
+  }
 }
 
 // A fresh CLI11 app for one module: common options + the module's own.
@@ -86,6 +140,7 @@ struct ModuleApp {
   void parse(std::vector<std::string> args) {
     std::reverse(args.begin(), args.end());  // CLI11 takes its vector reversed
     app.parse(args);
+    refuse_non_finite(app);
   }
 };
 
@@ -162,14 +217,67 @@ int exit_code_of(const Report& r) {
   return r.status == "ok" ? kExitOk : kExitFailed;
 }
 
-std::filesystem::path output_folder(const CommonOptions& c, const std::string& run_id) {
-  if (c.no_files || (c.json == "-" && c.output_dir.empty())) return {};
-  return prepare_output_dir(c.output_dir, run_id);
+bool writes_folder(const CommonOptions& c) {
+  return !c.no_files && !(c.json == "-" && c.output_dir.empty());
+}
+bool writes_json_file(const CommonOptions& c) {
+  return !c.json.empty() && c.json != "-";
 }
 
-void announce_folder(const std::filesystem::path& dir, const CommonOptions& c) {
-  if (dir.empty()) return;
-  (c.json == "-" ? std::cerr : std::cout) << "report: " << dir.string() << "\n";
+// Every output path, checked before anything runs: a bad one is bad input (exit 2).
+void check_outputs(const CommonOptions& c) {
+  if (writes_folder(c)) check_output_dir(c.output_dir);
+  if (writes_json_file(c)) check_output_file(c.json, "--json");
+}
+
+// Where a finished run's reports go. The folder is made only now, when there is a report to
+// put in it, so input refused at any point before leaves nothing behind.
+class Output {
+ public:
+  Output(const CommonOptions& c, std::string run_id) : c_(c), run_id_(std::move(run_id)) {}
+  const std::string& run_id() const noexcept { return run_id_; }
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  bool failed() const noexcept { return !failures_.empty(); }
+
+  // Writes <dir>/<module>.json|.md (the report's run_id becomes the folder's name). A failure
+  // is printed with the path and remembered; the console output stands.
+  void write_report(Report& r) {
+    if (!writes_folder(c_)) return;
+    attempt([&] {
+      if (dir_.empty()) dir_ = make_output_dir(c_.output_dir, run_id_);
+      r.run_id = run_id_;
+      write_report_files(dir_, r);
+    });
+  }
+  void write_file(const std::filesystem::path& path, const std::string& text) {
+    attempt([&] { write_output_file(path, text); });
+  }
+  void announce() const {
+    if (!dir_.empty())
+      (c_.json == "-" ? std::cerr : std::cout) << "report: " << dir_.string() << "\n";
+  }
+
+ private:
+  template <class F>
+  void attempt(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {  // WriteError, or the folder gone since the check
+      failures_.push_back(e.what());
+      std::fprintf(stderr, "gpubench: error: report not written: %s\n", e.what());
+    }
+  }
+  const CommonOptions& c_;
+  std::string run_id_;
+  std::filesystem::path dir_;
+  std::vector<std::string> failures_;
+};
+
+// The exit code of a run: a stopping signal first, then a report not written, then the run's.
+int final_exit_code(int run_code, const Output& out) {
+  if (const int s = signal_exit_code()) return s;
+  if (out.failed()) return kExitNotWritten;
+  return run_code;
 }
 
 int cmd_list(const std::vector<ModulePtr>& modules) {
@@ -209,10 +317,20 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   const bool lead = proc.rank == 0;
   if (proc.mpi && !m.supports_mpi() && !lead) return kExitOk;
   setup_logging(lead ? c.log_level : std::string("warn"));
-  const std::string run_id = make_run_id();
-  const auto dir = lead ? output_folder(c, run_id) : std::filesystem::path{};
+  (void)measure_options_from(c);
+  m.validate();
+  if (lead) check_outputs(c);
+  Output out(c, make_run_id());
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
-  Report r = run_module(m, c, sys, run_id, command);
+  Report r;
+  try {
+    r = run_module(m, c, sys, out.run_id(), command);
+  } catch (const InputError& e) {
+    // Found on this rank's node (its GPUs, its share of them): under MPI the other ranks may
+    // not have it, so this rank says it, with its number.
+    if (proc.mpi) throw RankInputError(e.what());
+    throw;
+  }
   if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
   // Under MPI a rank whose run broke (a timeout, a GPU error) may have left the others inside a
   // collective or an MPI call: after rank 0's report, end the whole job.
@@ -223,17 +341,38 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
       std::fflush(stderr);
       abort_job(kExitFailed);
     }
+    if (const int code = signal_exit_code()) return code;
     return exit_code_of(r);
   }
-  if (!dir.empty()) write_report_files(dir, r);
-  if (!c.json.empty() && c.json != "-") write_file_atomic(c.json, render_json(r));
+  out.write_report(r);
   print_report(r, c);
-  announce_folder(dir, c);
+  if (writes_json_file(c)) out.write_file(c.json, render_json(r));
+  out.announce();
   if (end_job) {
     std::cout.flush();
     abort_job(kExitFailed);
   }
-  return exit_code_of(r);
+  return final_exit_code(exit_code_of(r), out);
+}
+
+// Runs one module of `all`; a module that cannot run becomes a failed report.
+Report run_in_all(Module& m, const CommonOptions& c, const System& sys, const std::string& run_id,
+                  const std::vector<std::string>& command, bool& no_gpu) {
+  Report r;
+  try {
+    r = run_module(m, c, sys, run_id, command);
+  } catch (const NoGpuError& e) {
+    no_gpu = true;
+    r.module = m.name();
+    r.status = "failed";
+    r.error = e.what();
+  } catch (const InputError& e) {
+    r.module = m.name();
+    r.status = "failed";
+    r.error = e.what();
+  }
+  if (r.status == "failed") spdlog::error("{} failed: {}", m.name(), r.error);
+  return r;
 }
 
 int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli_args,
@@ -252,6 +391,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
       continue;
     }
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
+    (void)measure_options_from(c);
     m->validate();
     plan.emplace_back(m.get(), c);
   }
@@ -259,50 +399,48 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   const ProcessInfo& proc = process_info();
   const bool lead = proc.rank == 0;
   setup_logging(lead ? first.log_level : std::string("warn"));
-  const std::string run_id = make_run_id();
-  const auto dir = lead ? output_folder(first, run_id) : std::filesystem::path{};
+  if (lead) check_outputs(first);
+  Output out(first, make_run_id());
   const System sys = System::discover(true);
   std::vector<Report> reports;
   bool no_gpu = false;
   for (auto& [m, c] : plan) {
-    if (Context::interrupted()) break;
+    if (any_process(Context::interrupted())) break;  // every process stops at the same module
     if (proc.mpi && !m->supports_mpi() && !lead) continue;
     spdlog::info("running {}", m->name());
-    Report r;
-    try {
-      r = run_module(*m, c, sys, run_id, command);
-    } catch (const NoGpuError& e) {
-      no_gpu = true;
-      r.module = m->name();
-      r.status = "failed";
-      r.error = e.what();
-    } catch (const InputError& e) {
-      r.module = m->name();
-      r.status = "failed";
-      r.error = e.what();
+    Report r = run_in_all(*m, c, sys, out.run_id(), command, no_gpu);
+    // Under MPI the processes agree on the outcome before the next module: a failure on any
+    // rank fails the module everywhere, and that rank says why, once, with its number.
+    if (proc.mpi && m->supports_mpi() && any_process(r.status == "failed")) {
+      if (r.status != "failed") {
+        r.status = "failed";
+        r.error = "another rank failed (its error is on stderr)";
+      } else if (!lead) {
+        std::fprintf(stderr, "gpubench: error: [rank %d] %s: %s\n", proc.rank, m->name().c_str(),
+                     r.error.c_str());
+      }
     }
-    if (r.status == "failed") spdlog::error("{} failed: {}", m->name(), r.error);
-    if (!dir.empty() && !r.run_id.empty()) write_report_files(dir, r);
-    if (lead && first.json != "-") std::cout << render_console(r) << "\n";
+    if (lead && !r.run_id.empty()) out.write_report(r);
+    if (lead && first.json != "-") std::cout << render_console(r) << "\n" << std::flush;
     reports.push_back(std::move(r));
   }
   if (!lead) return kExitOk;
-  if (!dir.empty()) write_file_atomic(dir / "summary.md", render_summary_markdown(reports));
-  if (first.json == "-") {
-    ojson all = ojson::array();
-    for (const auto& r : reports) all.push_back(to_json(r));
-    std::cout << all.dump(2) << "\n";
-  }
+  if (!out.dir().empty())
+    out.write_file(out.dir() / "summary.md", render_summary_markdown(reports));
+  ojson all = ojson::array();
+  for (const auto& r : reports) all.push_back(to_json(r));
+  if (first.json == "-") std::cout << all.dump(2) << "\n";
+  if (writes_json_file(first)) out.write_file(first.json, all.dump(2) + "\n");
   std::string failed;
   for (const auto& r : reports)
     if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
   (first.json == "-" ? std::cerr : std::cout)
       << "summary: " << reports.size() << " modules, "
       << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
-  announce_folder(dir, first);
-  if (Context::interrupted()) return kExitInterrupted;
-  if (no_gpu && failed.find("no usable GPU") != std::string::npos) return kExitNoGpu;
-  return failed.empty() ? kExitOk : kExitFailed;
+  out.announce();
+  int code = failed.empty() ? kExitOk : kExitFailed;
+  if (no_gpu && failed.find("no usable GPU") != std::string::npos) code = kExitNoGpu;
+  return final_exit_code(code, out);
 }
 
 }  // namespace
@@ -333,7 +471,8 @@ int run_cli(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "pp") == 0 || std::strcmp(argv[1], "all") == 0))
     ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   try {
-    std::signal(SIGINT, on_sigint);
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
     mpi = std::make_unique<MpiSession>();  // MPI_Init when started by mpirun/srun
     auto modules = make_modules();
     CLI::App app{
@@ -410,10 +549,14 @@ int run_cli(int argc, char** argv) {
       ++k;
     }
     throw InputError("no subcommand given (try --help)");
+  } catch (const RankInputError& e) {
+    return fail(kExitBadInput, e.what(), false);
   } catch (const InputError& e) {
     return fail(kExitBadInput, e.what(), true);
   } catch (const NoGpuError& e) {
     return fail(kExitNoGpu, e.what(), true);
+  } catch (const WriteError& e) {
+    return fail(kExitNotWritten, e.what(), false);
   } catch (const std::exception& e) {
     return fail(kExitFailed, e.what(), false);
   }

@@ -74,15 +74,23 @@ IniFile parse_ini(const std::string& text, const std::string& origin) {
 }
 
 IniFile load_ini(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st))
     throw InputError(fmt::format("--config: cannot read '{}': it is a folder", path));
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(fmt::format("--config: cannot read '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
+  // Read at most one byte past the cap: a huge file or an endless stream (/dev/zero) is refused
+  // without being read whole; a pipe (--config <(...)) works.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (f.bad()) throw InputError(fmt::format("--config: cannot read '{}'", path));
-  return parse_ini(ss.str(), path);
+  text.resize(static_cast<std::size_t>(f.gcount()));
+  if (text.size() > kMaxConfigBytes)
+    throw InputError(
+        fmt::format("--config: '{}' is larger than {} KiB", path, kMaxConfigBytes / 1024));
+  return parse_ini(text, path);
 }
 
 std::vector<std::string> section_args(const IniFile& ini, const std::string& section,

@@ -8,8 +8,9 @@
 namespace gpubench {
 
 namespace {
-std::atomic<bool> g_interrupted{false};
-}
+std::atomic<int> g_interrupt_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+}  // namespace
 
 MeasureOptions measure_options_from(const CommonOptions& c) {
   MeasureOptions m;
@@ -64,10 +65,14 @@ Measurement Context::measure(int gpu, cudaStream_t stream, const Launch& launch,
 }
 
 bool Context::interrupted() noexcept {
-  return g_interrupted.load();
+  return g_interrupt_signal.load() != 0;
 }
-void Context::request_interrupt() noexcept {
-  g_interrupted.store(true);
+int Context::interrupt_signal() noexcept {
+  return g_interrupt_signal.load();
+}
+void Context::request_interrupt(int signal) noexcept {
+  int none = 0;
+  g_interrupt_signal.compare_exchange_strong(none, signal);  // the first signal names the stop
 }
 
 }  // namespace gpubench

@@ -18,8 +18,11 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
   const int dev = current_device_or(-1);
   // Clear a sticky-free error so the next call does not report it again.
   (void)cudaGetLastError();
-  throw GpuError(fmt::format("{} failed: {} ({}) at {}:{} on GPU {}", call, cudaGetErrorString(err),
-                             cudaGetErrorName(err), file, line, dev));
+  const std::string what =
+      fmt::format("{} failed: {} ({}) at {}:{} on GPU {}", call, cudaGetErrorString(err),
+                  cudaGetErrorName(err), file, line, dev);
+  if (err == cudaErrorMemoryAllocation) throw OutOfMemoryError(what);
+  throw GpuError(what);
 }
 
 void log_cuda_error(cudaError_t err, const char* call, const char* file, int line) noexcept {
@@ -71,7 +74,7 @@ DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : bytes_(bytes), devic
     if (err == cudaErrorMemoryAllocation) {
       std::size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
-      throw GpuError(
+      throw OutOfMemoryError(
           fmt::format("cannot allocate {:.2f} GiB on GPU {}: {:.2f} GiB free of {:.2f} GiB",
                       bytes / 1073741824.0, device, free_b / 1073741824.0, total_b / 1073741824.0));
     }

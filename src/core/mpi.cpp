@@ -108,6 +108,17 @@ int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::stri
   return gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
 }
 
+bool any_process(bool value) {
+#ifdef GPUBENCH_HAVE_MPI
+  if (g_info.mpi) {
+    int mine = value ? 1 : 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any != 0;
+  }
+#endif
+  return value;
+}
+
 void abort_job(int code) {
 #ifdef GPUBENCH_HAVE_MPI
   if (g_info.mpi) MPI_Abort(MPI_COMM_WORLD, code);

@@ -196,6 +196,11 @@ bool RankGroup::any(int rank, bool value) {
   return std::any_of(all.begin(), all.end(), [](double v) { return v != 0; });
 }
 
+bool RankGroup::stop_requested() {
+  if (!impl_->mpi) return Context::interrupted();
+  return any(impl_->mpi_rank, Context::interrupted());
+}
+
 void RankGroup::broadcast(int rank, void* data, std::size_t bytes, int root) {
 #ifdef GPUBENCH_HAVE_MPI
   if (impl_->mpi) {

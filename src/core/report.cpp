@@ -120,26 +120,83 @@ std::string render_summary_markdown(const std::vector<Report>& reports) {
   return md;
 }
 
-void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  namespace fs = std::filesystem;
+namespace {
+
+namespace fs = std::filesystem;
+
+// The file a path names once its symlinks are followed (the path itself when it names nothing
+// yet); a symlink to nothing is refused, as writing would create a file elsewhere.
+fs::path resolve_output_path(const fs::path& path, const char* option) {
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (!fs::is_symlink(link)) return path;
+  const fs::path target = fs::canonical(path, ec);
+  if (ec)
+    throw InputError(fmt::format("{}: '{}' is a symlink to a missing file", option, path.string()));
+  return target;
+}
+
+bool written_in_place(const fs::file_status& st) {
+  return fs::is_character_file(st) || fs::is_fifo(st);
+}
+
+}  // namespace
+
+void check_output_file(const fs::path& path, const char* option) {
+  const fs::path target = resolve_output_path(path, option);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st)) {
+    if (fs::is_directory(st))
+      throw InputError(fmt::format("{}: '{}' is a folder, not a file", option, path.string()));
+    if (!fs::is_regular_file(st) && !written_in_place(st))
+      throw InputError(
+          fmt::format("{}: '{}' is neither a regular file nor a character device or pipe", option,
+                      path.string()));
+    if (::access(target.c_str(), W_OK) != 0)
+      throw InputError(fmt::format("{}: '{}' is not writable", option, path.string()));
+    if (!fs::is_regular_file(st)) return;
+  }
+  const fs::path folder = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  if (!fs::is_directory(folder, ec))
+    throw InputError(fmt::format("{}: folder '{}' does not exist", option, folder.string()));
+  if (::access(folder.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("{}: folder '{}' is not writable", option, folder.string()));
+}
+
+void write_output_file(const fs::path& path, const std::string& text) {
+  std::error_code ec;
+  fs::path target = path;
+  if (fs::is_symlink(fs::symlink_status(path, ec))) {
+    target = fs::canonical(path, ec);
+    if (ec) throw WriteError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
+  }
+  if (written_in_place(fs::status(target, ec))) {  // /dev/null, /dev/stdout, a pipe
+    std::ofstream f(target, std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) throw WriteError(fmt::format("cannot write '{}'", path.string()));
+    return;
+  }
   static std::mt19937_64 rng{std::random_device{}()};
-  const fs::path tmp = path.string() + fmt::format(".tmp{:x}", rng());
+  const fs::path tmp = target.string() + fmt::format(".tmp{:x}", rng());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError(fmt::format("cannot write '{}': folder not writable", path.string()));
+    if (!f)
+      throw WriteError(
+          fmt::format("cannot write '{}': folder missing or not writable", path.string()));
     f << text;
     f.flush();
     if (!f) {
-      std::error_code ec;
       fs::remove(tmp, ec);
-      throw InputError(fmt::format("cannot write '{}': disk full or not writable", path.string()));
+      throw WriteError(fmt::format("cannot write '{}': disk full or not writable", path.string()));
     }
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
+  fs::rename(tmp, target, ec);
   if (ec) {
+    const std::string why = ec.message();
     fs::remove(tmp, ec);
-    throw InputError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
+    throw WriteError(fmt::format("cannot write '{}': {}", path.string(), why));
   }
 }
 
@@ -152,19 +209,63 @@ std::string make_run_id() {
   return buf;
 }
 
-std::filesystem::path prepare_output_dir(const std::string& output_dir, const std::string& run_id) {
-  namespace fs = std::filesystem;
-  const fs::path dir = output_dir.empty() ? fs::path("results") / run_id : fs::path(output_dir);
+void check_output_dir(const std::string& output_dir) {
+  if (output_dir.empty()) return;
+  const fs::path dir(output_dir);
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw InputError(fmt::format("--output-dir: '{}' exists and is not a folder", dir.string()));
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw InputError(
-        fmt::format("--output-dir: cannot create '{}': {}", dir.string(), ec.message()));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw InputError(fmt::format("--output-dir: '{}' is not writable", dir.string()));
-  return dir;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      throw InputError(fmt::format("--output-dir: '{}' exists and is not a folder", output_dir));
+    if (!fs::is_empty(dir, ec))
+      throw InputError(fmt::format(
+          "--output-dir: '{}' already holds files; a run's reports are never mixed with "
+          "others': name a new or empty folder",
+          output_dir));
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw InputError(fmt::format("--output-dir: '{}' is not writable", output_dir));
+    return;
+  }
+  // The nearest existing ancestor must be a writable folder.
+  fs::path up = dir.parent_path();
+  while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
+  if (up.empty()) up = ".";
+  if (!fs::is_directory(up, ec))
+    throw InputError(fmt::format("--output-dir: cannot create '{}': '{}' is not a folder",
+                                 output_dir, up.string()));
+  if (::access(up.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("--output-dir: cannot create '{}': '{}' is not writable",
+                                 output_dir, up.string()));
+}
+
+fs::path make_output_dir(const std::string& output_dir, std::string& run_id) {
+  std::error_code ec;
+  if (!output_dir.empty()) {
+    check_output_dir(output_dir);
+    fs::create_directories(output_dir, ec);
+    if (ec)
+      throw InputError(
+          fmt::format("--output-dir: cannot create '{}': {}", output_dir, ec.message()));
+    return output_dir;
+  }
+  const fs::path parent = "results";
+  fs::create_directories(parent, ec);
+  if (ec || ::access(parent.c_str(), W_OK) != 0)
+    throw InputError(fmt::format("cannot create the report folder under '{}': {}", parent.string(),
+                                 ec ? ec.message() : "not writable"));
+  // mkdir fails on an existing folder, so two runs started in the same second get two folders.
+  const std::string base = run_id;
+  for (int n = 1; n <= 1000; ++n) {
+    const std::string id = n == 1 ? base : fmt::format("{}_{}", base, n);
+    if (fs::create_directory(parent / id, ec)) {
+      run_id = id;
+      return parent / id;
+    }
+    if (ec)
+      throw InputError(fmt::format("cannot create '{}': {}", (parent / id).string(), ec.message()));
+  }
+  throw InputError(
+      fmt::format("cannot create a new folder for '{}' under '{}'", base, parent.string()));
 }
 
 void write_report_files(const std::filesystem::path& dir, const Report& r) {
@@ -173,12 +274,12 @@ void write_report_files(const std::filesystem::path& dir, const Report& r) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
-      throw InputError(fmt::format("cannot create '{}': {}", path.parent_path().string(),
-                                   ec.message()));
-    write_file_atomic(path, content.dump());
+      throw WriteError(
+          fmt::format("cannot create '{}': {}", path.parent_path().string(), ec.message()));
+    write_output_file(path, content.dump());
   }
-  write_file_atomic(dir / (r.module + ".json"), render_json(r));
-  write_file_atomic(dir / (r.module + ".md"), render_markdown(r));
+  write_output_file(dir / (r.module + ".json"), render_json(r));
+  write_output_file(dir / (r.module + ".md"), render_markdown(r));
 }
 
 }  // namespace gpubench

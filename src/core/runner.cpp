@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <ctime>
 
 #include "gpubench/core/cuda.hpp"
@@ -75,7 +76,8 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
                       g.gpu, throttling_list(g.throttle_reasons, ", ")));
     }
     if (Context::interrupted()) {
-      r.warn("interrupted: the report holds the cases finished before Ctrl-C");
+      r.warn(fmt::format("interrupted by {}: the report holds the cases finished before it",
+                         Context::interrupt_signal() == SIGTERM ? "SIGTERM" : "SIGINT"));
       if (r.status == "ok") r.status = "partial";
     }
   }

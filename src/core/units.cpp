@@ -135,6 +135,9 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
     std::string item =
         trim(t.substr(start, end == std::string::npos ? std::string::npos : end - start));
     if (item.empty()) throw InputError(fmt::format("list '{}' has an empty item", text));
+    if (out.size() == kMaxListItems)
+      throw InputError(
+          fmt::format("list '{}...' has more than {} items", text.substr(0, 40), kMaxListItems));
     out.push_back(item);
     if (end == std::string::npos) break;
     start = end + 1;

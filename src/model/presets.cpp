@@ -392,6 +392,22 @@ void refuse_unmodelled_shapes(const ConfigReader& r, const ModelConfig& m,
   }
 }
 
+// Parameter counts are computed in 64-bit integers (params_total and its callers): a config
+// whose dimensions would overflow them is refused here, where the count is taken in floating
+// point, instead of wrapping (signed overflow is undefined behaviour).
+static void refuse_oversized(const ConfigReader& reader, const ModelConfig& m) {
+  const long double h = m.hidden_size, ff = m.intermediate_size, layers = m.num_layers;
+  const long double q = static_cast<long double>(m.num_heads) * m.head_dim;
+  const long double kv = static_cast<long double>(m.num_kv_heads) * m.head_dim;
+  const long double per_layer = h * (q + 2 * kv) + q * h + 3 * h * ff + 2 * ff + 8 * h;
+  const long double total =
+      layers * per_layer + 2.0L * m.vocab_size * h + (m.max_positions + 2.0L) * h;
+  constexpr long double kMaxParams = 1e15L;  // 1000x the largest dense models
+  if (!(total <= kMaxParams))
+    reader.fail(fmt::format("about {:.3g} parameters: more than the {:.0e} gpubench models",
+                            static_cast<double>(total), static_cast<double>(kMaxParams)));
+}
+
 ModelConfig parse_config(const json& config, const std::string& name, const std::string& source) {
   const ConfigReader reader(config, source);
   if (!config.is_object())
@@ -470,6 +486,7 @@ ModelConfig parse_config(const json& config, const std::string& name, const std:
   m.qk_norm = m.model_type == "qwen3" || m.model_type == "qwen3_moe";
   m.tie_word_embeddings = reader.bool_or("tie_word_embeddings", learned);
   refuse_unmodelled_shapes(reader, m, source);
+  refuse_oversized(reader, m);
   return m;
 }
 

@@ -1,5 +1,6 @@
-// Ctrl-C during a benchmark: gpubench stops between cases, writes the report of what it
-// finished (status partial, a warning saying so) and exits, never leaving a half-written file.
+// SIGINT (Ctrl-C) or SIGTERM (kill, Slurm's time limit) during a benchmark: gpubench stops
+// between cases, writes the report of what it finished (status partial, a warning naming the
+// signal) and exits 130 or 143, never leaving a half-written file.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -27,10 +28,11 @@ std::string binary() {
 
 }  // namespace
 
-TEST(Interrupt, SigintKeepsFinishedCases) {
+// Runs bandwidth's HBM cases on GPU 0, sends `sig` after about two cases and checks the report.
+static void stop_and_check(int sig, int expected_code, const char* signal_name) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("gpubench_sigint_" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("gpubench_signal_" + std::to_string(sig) + "_" +
+                                                    std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string bin = binary();
   std::vector<std::string> args = {
@@ -45,7 +47,7 @@ TEST(Interrupt, SigintKeepsFinishedCases) {
   ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
   // Each case runs into the 2 s cap (the noise target 0 is never met): interrupt after about two.
   std::this_thread::sleep_for(std::chrono::milliseconds(4500));
-  ASSERT_EQ(kill(pid, SIGINT), 0);
+  ASSERT_EQ(kill(pid, sig), 0);
   int status = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   pid_t done = 0;
@@ -55,17 +57,18 @@ TEST(Interrupt, SigintKeepsFinishedCases) {
   if (done == 0) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
-    FAIL() << "gpubench did not stop within 60 s of SIGINT";
+    FAIL() << "gpubench did not stop within 60 s of " << signal_name;
   }
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1);  // partial
+  EXPECT_EQ(WEXITSTATUS(status), expected_code);
   std::ifstream f(dir / "bandwidth.json");
   ASSERT_TRUE(f.good());
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j["status"], "partial");
   bool warned = false;
   for (const auto& w : j["warnings"])
-    warned = warned || w.get<std::string>().find("interrupted") != std::string::npos;
+    warned = warned || w.get<std::string>().find(std::string("interrupted by ") + signal_name) !=
+                           std::string::npos;
   EXPECT_TRUE(warned);
   int ok_cases = 0;
   for (const auto& c : j["results"]) ok_cases += c["status"] == "ok";
@@ -74,4 +77,12 @@ TEST(Interrupt, SigintKeepsFinishedCases) {
   for (const auto& e : fs::directory_iterator(dir))
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
   fs::remove_all(dir);
+}
+
+TEST(Interrupt, SigintKeepsFinishedCasesAndExits130) {
+  stop_and_check(SIGINT, 130, "SIGINT");
+}
+
+TEST(Interrupt, SigtermKeepsFinishedCasesAndExits143) {
+  stop_and_check(SIGTERM, 143, "SIGTERM");
 }

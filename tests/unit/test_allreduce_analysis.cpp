@@ -33,6 +33,15 @@ TEST(AllreduceSweep, BadInput) {
   EXPECT_THROW(sweep_sizes(8, 64, 0.5, 0, 1), InputError);
 }
 
+// A factor a hair above 1 used to loop for ever (s * factor == s); a step of one byte up to
+// 8 GiB built billions of sizes. Both are refused before any size is made.
+TEST(AllreduceSweep, TooManySizesRefusedAtOnce) {
+  EXPECT_THROW(sweep_sizes(8, 8ull << 30, 1.0000000000000002, 0, 1), InputError);
+  EXPECT_THROW(sweep_sizes(8, 8ull << 30, 0, 1, 1), InputError);
+  EXPECT_THROW(sweep_sizes(1, ~0ull, 1.001, 0, 1), InputError);
+  EXPECT_EQ(sweep_sizes(1, 4096, 0, 1, 1).size(), 4096u);  // the cap itself is allowed
+}
+
 TEST(AllreduceFit, RecoversAlphaAndBeta) {
   std::vector<Point> pts;
   const double alpha = 20e-6, beta = 300e9;

@@ -363,3 +363,19 @@ TEST(ModelConfigRefusal, FileAndEngineLoadsNameTheFileAndField) {
   EXPECT_TRUE(contains(file, "model config '" + path + "': 'num_local_experts' 8")) << file;
   EXPECT_EQ(engine, file);
 }
+
+// Dimensions whose parameter count would overflow a 64-bit integer (signed overflow: undefined
+// behaviour) are refused with the count, before anything multiplies them.
+TEST(ModelConfigRefusal, ParameterCountThatWouldOverflowIsRefused) {
+  json huge = json::parse(R"({"model_type": "llama", "hidden_size": 8192,
+    "intermediate_size": 2000000000, "num_hidden_layers": 2000000000,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 2000000000,
+    "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-05})");
+  EXPECT_TRUE(contains(refusal(huge), "parameters")) << refusal(huge);
+  // Llama-2-70b's size is far below the cap.
+  json big = huge;
+  big["intermediate_size"] = 28672;
+  big["num_hidden_layers"] = 80;
+  big["vocab_size"] = 32000;
+  EXPECT_GT(parse_model_config(big, "70b").params_total(), 60'000'000'000LL);
+}

@@ -125,16 +125,70 @@ TEST(Report, AtomicWriteAndOutputDir) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "gpubench_report_test";
   fs::remove_all(dir);
-  const fs::path out = prepare_output_dir(dir.string(), "ignored");
+  std::string id = "ignored";
+  const fs::path out = make_output_dir(dir.string(), id);
   write_report_files(out, sample_report());
   EXPECT_TRUE(fs::exists(out / "bandwidth.json"));
   EXPECT_TRUE(fs::exists(out / "bandwidth.md"));
   int files = 0;
   for (const auto& e : fs::directory_iterator(out)) files += e.is_regular_file();
   EXPECT_EQ(files, 2);  // no temp files left behind
+  // A folder that holds files is never reused, a file is not a folder.
+  EXPECT_THROW(check_output_dir(dir.string()), InputError);
   std::ofstream(dir / "file") << "x";
-  EXPECT_THROW(prepare_output_dir((dir / "file" / "sub").string(), "x"), InputError);
-  EXPECT_THROW(prepare_output_dir((dir / "file").string(), "x"), InputError);
+  EXPECT_THROW(check_output_dir((dir / "file" / "sub").string()), InputError);
+  EXPECT_THROW(check_output_dir((dir / "file").string()), InputError);
+  EXPECT_NO_THROW(check_output_dir((dir / "new" / "deeper").string()));
+  EXPECT_FALSE(fs::exists(dir / "new"));  // checking makes nothing
+  fs::remove_all(dir);
+}
+
+// The default folder is results/<run id>, made with mkdir: a second run of the same second gets
+// <run id>_2, and the run id follows the folder.
+TEST(Report, DefaultFoldersAreNeverShared) {
+  namespace fs = std::filesystem;
+  const fs::path cwd = fs::current_path();
+  const fs::path dir = fs::temp_directory_path() / "gpubench_report_unique";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::current_path(dir);
+  std::string a = "test_20261128_120000", b = a;
+  const fs::path first = make_output_dir("", a), second = make_output_dir("", b);
+  fs::current_path(cwd);
+  EXPECT_EQ(first, fs::path("results") / "test_20261128_120000");
+  EXPECT_EQ(second, fs::path("results") / "test_20261128_120000_2");
+  EXPECT_EQ(b, "test_20261128_120000_2");
+  fs::remove_all(dir);
+}
+
+// --json: checked before the run; a symlink is followed (and stays a symlink); a device is
+// written in place; a write that fails is a WriteError naming the path.
+TEST(Report, OutputFileChecksAndWrites) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "gpubench_report_file";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_THROW(check_output_file(dir, "--json"), InputError);  // a folder
+  EXPECT_THROW(check_output_file(dir / "missing" / "r.json", "--json"), InputError);
+  EXPECT_NO_THROW(check_output_file(dir / "r.json", "--json"));
+  std::ofstream(dir / "target.json") << "old";
+  fs::create_symlink(dir / "target.json", dir / "link.json");
+  EXPECT_NO_THROW(check_output_file(dir / "link.json", "--json"));
+  write_output_file(dir / "link.json", "new\n");
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  std::ifstream f(dir / "target.json");
+  std::string text;
+  std::getline(f, text);
+  EXPECT_EQ(text, "new");
+  fs::create_symlink(dir / "nowhere.json", dir / "dangling.json");
+  EXPECT_THROW(check_output_file(dir / "dangling.json", "--json"), InputError);
+  EXPECT_NO_THROW(check_output_file("/dev/null", "--json"));
+  EXPECT_NO_THROW(write_output_file("/dev/null", "x"));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  if (fs::exists("/dev/full")) {
+    EXPECT_THROW(write_output_file("/dev/full", "x"), WriteError);
+  }
+  EXPECT_THROW(write_output_file(dir / "missing" / "r.json", "x"), WriteError);
   fs::remove_all(dir);
 }
 
@@ -144,7 +198,8 @@ TEST(Report, AttachmentsWrittenAndListed) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "gpubench_report_attach_test";
   fs::remove_all(dir);
-  const fs::path out = prepare_output_dir(dir.string(), "ignored");
+  std::string id = "ignored";
+  const fs::path out = make_output_dir(dir.string(), id);
   Report r = sample_report();
   r.attachments.emplace_back("traces/t1.json", ojson{{"traceEvents", ojson::array()}});
   write_report_files(out, r);

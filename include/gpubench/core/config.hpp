@@ -1,6 +1,7 @@
 #pragma once
 // config.ini: sections = subcommands (plus [common] for every module), keys = long option
 // names. Parsed here into argument lists that go through the same CLI11 parsing as argv.
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct IniFile {
 // section, duplicate sections or keys, lines without '=', and empty keys are errors
 // (InputError "file:line: ...").
 IniFile parse_ini(const std::string& text, const std::string& origin);
-// Reads and parses a file: missing or unreadable -> InputError.
+// A config file is at most this large (a full one is a few KiB).
+inline constexpr std::size_t kMaxConfigBytes = 1u << 20;
+// Reads and parses a file (or a pipe): missing, unreadable, a folder, or larger than
+// kMaxConfigBytes (/dev/zero) -> InputError.
 IniFile load_ini(const std::string& path);
 
 // ["--key=value", ...] for one section (empty when the section is absent). A value "true" on a

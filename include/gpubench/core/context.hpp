@@ -59,9 +59,11 @@ class Context {
   // Everything the monitor saw in this run (merged over measurements), for the report.
   const MonitorSummary& monitor_summary() const noexcept { return monitor_total_; }
 
-  // Set by SIGINT: modules stop between cases and report what was finished.
+  // Set by SIGINT or SIGTERM: modules stop between cases and report what was finished.
   static bool interrupted() noexcept;
-  static void request_interrupt() noexcept;
+  // The signal that asked to stop (SIGINT, SIGTERM), 0 when none; async-signal-safe.
+  static int interrupt_signal() noexcept;
+  static void request_interrupt(int signal) noexcept;
 
  private:
   const System& system_;

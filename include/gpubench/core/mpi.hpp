@@ -44,6 +44,10 @@ int rank_count(const std::vector<int>& gpus);
 // selected: one GPU per process" followed by `remedy` (e.g. " (or --allow-shared-gpus)").
 int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy = "");
 
+// Whether `value` holds in any process of the job (every process must call it at the same
+// point); `value` itself in one process.
+bool any_process(bool value);
+
 // Ends every process of an MPI job at once (MPI_Abort), so a failing rank never leaves the
 // others waiting; no-op in one process.
 [[noreturn]] void abort_job(int code);

@@ -55,6 +55,11 @@ class RankGroup {
   std::vector<double> all_gather(int rank, double value);
   // Whether `value` holds on any rank: every rank gives its own and gets the same answer.
   bool any(int rank, bool value);
+  // Whether the run was asked to stop (SIGINT, SIGTERM), with one answer for the whole group,
+  // for a loop between pieces of work: under MPI every process of the group must call it at
+  // the same point (they agree, so none stops alone and leaves the others in a collective); in
+  // one process it is called outside run(), where one thread decides for all.
+  bool stop_requested();
   // Copies `bytes` at `data` of rank `root` into `data` of every rank (e.g. an NCCL unique id).
   void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 

@@ -1,5 +1,6 @@
 #pragma once
 // Sizes, rates and lists: parsing user input (throws InputError) and formatting for reports.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ std::vector<int> parse_gpu_list(const std::string& text, int visible);
 // `text` without leading and trailing white space.
 std::string trim(const std::string& text);
 
-// Splits "a, b ,c" into {"a","b","c"} (empty items are an error).
+// Splits "a, b ,c" into {"a","b","c"} (empty items, or more than kMaxListItems, are an error).
+inline constexpr std::size_t kMaxListItems = 1024;
 std::vector<std::string> split_list(const std::string& text, char sep = ',');
 
 // Counts for `option`: "128,256" or "128:8192:x2" (start:stop:xF geometric, or start:stop:step),

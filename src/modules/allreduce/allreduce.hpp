@@ -97,7 +97,9 @@ std::uint64_t count_wrong(const Collective& c, const void* recvbuf, std::size_t 
 
 // nccl-tests sizes: from min to max multiplying by `factor` (> 1), or adding `step` when
 // step > 0. Sizes are in bytes; each is rounded down to a multiple of `align` (>= 1), zero and
-// duplicate sizes dropped. InputError when min > max, factor <= 1 without step, min == 0.
+// duplicate sizes dropped. InputError when min > max, factor <= 1 without step, min == 0, or
+// the sweep would have more than kMaxSweepSizes points.
+inline constexpr double kMaxSweepSizes = 4096;
 std::vector<std::uint64_t> sweep_sizes(std::uint64_t min_bytes, std::uint64_t max_bytes,
                                        double factor, std::uint64_t step, std::uint64_t align);
 

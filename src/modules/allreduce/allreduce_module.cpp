@@ -210,21 +210,31 @@ class AllreduceModule final : public Module {
     mo.spin = !s.blocking;
 
     std::vector<Row> rows;
-    group->run([&](Rank& self) {
-      // One communicator per group; rank 0 makes every group's id and shares them.
-      std::vector<ncclUniqueId> ids(static_cast<std::size_t>(s.split));
-      if (self.rank == 0)
-        for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
-      group->broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
-      const int color = self.rank / n, grank = self.rank % n;
-      NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank);
-      try {
-        run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows);
-      } catch (...) {
-        comm.abort();  // a hung or failed collective must not hang the others
-        throw;
-      }
-    });
+    // A failure (a collective past --timeout, a GPU error) ends the sweep; the sizes that
+    // finished before it are still reported, beside the error.
+    std::string failure;
+    try {
+      group->run([&](Rank& self) {
+        // One communicator per group; rank 0 makes every group's id and shares them.
+        std::vector<ncclUniqueId> ids(static_cast<std::size_t>(s.split));
+        if (self.rank == 0)
+          for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+        group->broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
+        const int color = self.rank / n, grank = self.rank % n;
+        NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank);
+        try {
+          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows);
+        } catch (...) {
+          comm.abort();  // a hung or failed collective must not hang the others
+          throw;
+        }
+      });
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      failure = e.what();
+      spdlog::error("allreduce: {}", failure);
+    }
 
     RunFacts facts;
     facts.nranks = n;
@@ -236,6 +246,7 @@ class AllreduceModule final : public Module {
     r.extra["groups"] = s.split;
     r.extra["nccl"] = {{"version", nccl_library_version()}, {"env", nccl_environment()}};
     build_report(r, rows, facts);
+    r.error = failure;  // the runner marks the report failed; the finished sizes stand
     return r;
   }
 
@@ -276,7 +287,9 @@ class AllreduceModule final : public Module {
         const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
         for (const ReduceOp& op : ops) {
           for (std::uint64_t size : sizes) {
-            if (Context::interrupted()) return;
+            // Every rank stops at the same size: one that stopped alone would leave the
+            // others waiting in the collective.
+            if (group.any(self.rank, Context::interrupted())) return;
             const std::size_t count = c.count_for(size, t.bytes, n);
             if (count == 0) continue;
             Row row;
@@ -287,9 +300,18 @@ class AllreduceModule final : public Module {
             row.root = c.rooted ? s.root : -1;
             row.size = c.size_for(count, t.bytes, n);
             row.count = count;
+            row.sweep_end = size == sizes.back();
             const int agg = agg_for(row.size, s.agg_iters);
             for (bool in_place : {false, true}) {
               if (in_place ? !s.in_place : !s.out_of_place) continue;
+              PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
+              // In place, alltoall and sendrecv overwrite input not yet sent (each rank's
+              // buffer is another's source): the output is undefined and cannot be checked, so
+              // they are not run.
+              if (in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv)) {
+                pr.not_run = true;
+                continue;
+              }
               // In place: reduce_scatter writes its slice of the send buffer, the others use
               // one buffer for both (all_gather's send is its slice of the output).
               void* recv = b.get();
@@ -300,7 +322,6 @@ class AllreduceModule final : public Module {
               const std::string what =
                   fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name, row.op,
                               in_place ? "in-place" : "out-of-place");
-              PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
               try {
                 init_send(c, const_cast<void*>(send), count, t, op, grank, n, 0x5eed + row.size,
                           stream);
@@ -338,12 +359,8 @@ class AllreduceModule final : public Module {
                 pr.per_op = compute_stats(per_op);
                 pr.stop_reason = m.stop_reason;
                 pr.converged = m.converged;
-                // Verify: fresh data, a poisoned output, one op, every element checked. In place,
-                // alltoall and sendrecv overwrite input not yet sent: undefined, not checked
-                // (as in nccl-tests).
-                const bool checkable =
-                    !(in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv));
-                const int checks = checkable ? s.check : 0;
+                // Verify: fresh data, a poisoned output, one op, every element checked.
+                const int checks = s.check;
                 std::uint64_t wrong = 0;
                 for (int k = 0; k < checks; ++k) {
                   const std::uint64_t seed = 0xc0ffee + 7919ull * k + row.size;

@@ -19,6 +19,20 @@ std::vector<std::uint64_t> sweep_sizes(std::uint64_t min_bytes, std::uint64_t ma
                                  format_bytes(min_bytes), format_bytes(max_bytes)));
   if (step == 0 && !(factor > 1.0))
     throw InputError(fmt::format("--step-factor must be greater than 1 (got {})", factor));
+  // Count the points before making them: a step of 1 byte or a factor of 1 + 1e-16 would
+  // otherwise build billions of sizes (or loop for ever, as s * factor == s).
+  const double points =
+      step > 0
+          ? static_cast<double>((max_bytes - min_bytes) / step) + 1
+          : std::floor(std::log(static_cast<double>(max_bytes) / min_bytes) / std::log(factor) +
+                       1e-9) +
+                1;
+  if (!(points <= kMaxSweepSizes))
+    throw InputError(fmt::format("{} from {} to {} makes {:.3g} sizes; at most {} are allowed",
+                                 step > 0 ? fmt::format("--step-bytes {}", format_bytes(step))
+                                          : fmt::format("--step-factor {}", factor),
+                                 format_bytes(min_bytes), format_bytes(max_bytes), points,
+                                 kMaxSweepSizes));
   align = std::max<std::uint64_t>(align, 1);
   std::vector<std::uint64_t> sizes;
   auto push = [&](std::uint64_t s) {

@@ -33,11 +33,23 @@ void add_place(CaseResult& c, const PlaceResult& p, const Row& r, int nranks, co
   if (p.checked) c.metric(fmt::format("#wrong{}", suffix), static_cast<double>(p.wrong), "");
 }
 
+const PlaceResult& main_place(const Row& r) {
+  return r.out_of_place.measured ? r.out_of_place : r.in_place;
+}
+
+// A row's figure counts only when every placement that ran was checked and right.
+bool row_verified(const Row& r) {
+  const bool out_ok = !r.out_of_place.measured || r.out_of_place.verified();
+  const bool in_ok = !r.in_place.measured || r.in_place.verified();
+  return main_place(r).measured && out_ok && in_ok;
+}
+
+// The verified points of a curve, by size.
 std::vector<Point> curve(const std::vector<const Row*>& rows, int nranks) {
   std::vector<Point> pts;
   for (const Row* r : rows) {
-    const PlaceResult& p = r->out_of_place.measured ? r->out_of_place : r->in_place;
-    if (!p.measured) continue;
+    if (!row_verified(*r)) continue;
+    const PlaceResult& p = main_place(*r);
     Point pt;
     pt.size = r->size;
     pt.time_s = p.per_op.median;
@@ -46,6 +58,45 @@ std::vector<Point> curve(const std::vector<const Row*>& rows, int nranks) {
     pts.push_back(pt);
   }
   return pts;
+}
+
+// Headline: per collective, its first curve (the first type and op asked for), at its largest
+// and smallest sizes, each only when that size's figure is verified; the bandwidth only when
+// the curve reached the sweep's end (a run stopped by a signal leaves curves cut short).
+void headline(Report& r, const std::vector<std::string>& order,
+              std::map<std::string, std::vector<const Row*>>& by_series, int n) {
+  std::map<std::string, bool> seen;
+  for (const auto& key : order) {
+    const auto& series = by_series[key];
+    const std::string& name = series.front()->collective->name;
+    if (seen[name]) continue;
+    seen[name] = true;
+    std::vector<const Row*> ran;
+    for (const Row* row : series)
+      if (main_place(*row).measured) ran.push_back(row);
+    if (ran.empty()) continue;
+    if (ran.back()->sweep_end && row_verified(*ran.back()))
+      r.set_headline(name + "_busbw_GBps", curve({ran.back()}, n).front().busbw_GBps, "GB/s");
+    if (row_verified(*ran.front()))
+      r.set_headline(name + "_latency_us", curve({ran.front()}, n).front().time_s * 1e6, "us");
+  }
+}
+
+// Says once when figures were not checked (--check 0) or placements not run.
+void warn_unverified(Report& r, const std::vector<Row>& rows) {
+  bool unchecked = false, not_run = false;
+  for (const Row& row : rows) {
+    unchecked = unchecked || (main_place(row).measured && !main_place(row).checked);
+    not_run = not_run || row.in_place.not_run;
+  }
+  if (unchecked)
+    r.warn(
+        "checks off (--check 0): no figure is verified, so none is in the curves, fits, "
+        "knees or headline");
+  if (not_run)
+    r.warn(
+        "alltoall and sendrecv in place are not run: each rank's buffer is another's source, "
+        "so the output is undefined and cannot be checked");
 }
 
 }  // namespace
@@ -72,7 +123,7 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
                 {"root", row.root}};
     add_place(c, row.out_of_place, row, n, "");
     add_place(c, row.in_place, row, n, "_ip");
-    const PlaceResult& main = row.out_of_place.measured ? row.out_of_place : row.in_place;
+    const PlaceResult& main = main_place(row);
     if (main.measured) {
       c.stats = main.per_op;
       c.params["ops_per_iteration"] = main.agg;
@@ -83,6 +134,12 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
     if (wrong > 0) {
       c.status = "failed";
       c.note = fmt::format("{} wrong elements", wrong);
+    } else if (!main.measured) {
+      c.status = "skipped";
+      c.note = "in place only, and its output is undefined: not run";
+    } else if (!row_verified(row)) {
+      c.status = "unchecked";
+      c.note = "output not checked (--check 0): not in the curves, fit or headline";
     } else if (!main.converged) {
       c.note = fmt::format("noise target not met (stopped on {})", main.stop_reason);
     }
@@ -145,18 +202,8 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
     r.add(std::move(c));
   }
 
-  // Headline: per collective, its first curve (the first type and op asked for).
-  std::map<std::string, bool> seen;
-  for (const auto& key : order) {
-    const auto& series = by_series[key];
-    const std::string& name = series.front()->collective->name;
-    if (seen[name]) continue;
-    seen[name] = true;
-    const std::vector<Point> pts = curve(series, n);
-    if (pts.empty()) continue;
-    r.set_headline(name + "_busbw_GBps", pts.back().busbw_GBps, "GB/s");
-    r.set_headline(name + "_latency_us", pts.front().time_s * 1e6, "us");
-  }
+  headline(r, order, by_series, n);
+  warn_unverified(r, rows);
   if (facts.groups > 1)
     r.warn(
         fmt::format("--split {}: {} groups of {} ranks ran at once; each iteration's time is the "

@@ -19,7 +19,10 @@ struct PlaceResult {
   std::string stop_reason;
   bool converged = true;
   std::uint64_t wrong = 0;  // wrong elements over every rank and check run
-  bool checked = false;
+  bool checked = false;     // false: --check 0, the figure is not verified
+  bool not_run = false;     // a placement whose output is undefined (alltoall in place)
+  // Checked and right: only such a figure feeds curves, fits, knees and the headline.
+  bool verified() const noexcept { return measured && checked && wrong == 0; }
 };
 
 struct Row {
@@ -30,6 +33,7 @@ struct Row {
   std::uint64_t size = 0;  // nccl-tests "size", bytes
   std::size_t count = 0;
   PlaceResult out_of_place, in_place;
+  bool sweep_end = false;  // the sweep's largest size: its curve ran to the end
 };
 
 // Everything the report needs besides the rows.

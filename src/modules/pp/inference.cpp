@@ -92,6 +92,16 @@ StageCosts measure_inference_costs(const Settings& s, int device, cudaStream_t s
   return c;
 }
 
+void share_reference(RankGroup& group, int rank, ReferenceLogits& reference,
+                     const std::vector<ReferenceKey>& keys, std::size_t elems) {
+  if (!group.is_mpi()) return;
+  for (const ReferenceKey& key : keys) {
+    std::vector<double> values = rank == 0 ? reference.at(key) : std::vector<double>(elems);
+    group.broadcast(rank, values.data(), values.size() * sizeof(double));
+    reference[key] = std::move(values);
+  }
+}
+
 std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int p,
                                             RankGroup& group, ReferenceLogits& reference) {
   if (group.size() != p)
@@ -157,6 +167,10 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
         }
       }
       group.barrier();
+      std::vector<ReferenceKey> keys;
+      for (int mb = 0; mb < m; ++mb)
+        for (std::int64_t len : {s.seq_len, s.seq_len + 1}) keys.emplace_back(seqs, len, mb);
+      share_reference(group, self.rank, reference, keys, logit_elems);
 
       // The stage's engine holds every microbatch's KV cache (microbatch mb's from sequence
       // mb x seqs on), so that decode can follow the prefill microbatch by microbatch.

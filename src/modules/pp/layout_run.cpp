@@ -83,6 +83,7 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
       reference[key] = model::to_host_values(whole.logits(), logit_elems, dtype);
     }
     group.barrier();
+    share_reference(group, self.rank, reference, {key}, logit_elems);
 
     // Communicators: ids made on rank 0 for every tensor group, then every pipeline group;
     // each rank joins its tensor group's, then its pipeline group's (the same order everywhere).

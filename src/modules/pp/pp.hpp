@@ -291,7 +291,13 @@ struct InferenceOutcome {
   StageCosts balance;  // what the stages were balanced by
 };
 // The whole model's logits per (sequences, seq_len, microbatch), made once on the first GPU.
-using ReferenceLogits = std::map<std::tuple<std::int64_t, std::int64_t, int>, std::vector<double>>;
+using ReferenceKey = std::tuple<std::int64_t, std::int64_t, int>;
+using ReferenceLogits = std::map<ReferenceKey, std::vector<double>>;
+// Under mpirun/srun the reference is made in rank 0's process only: every rank of `group`
+// (all calling it) gets rank 0's `keys`, `elems` values each, into its process's `reference`.
+// Nothing to do in one process, where every rank reads the same map.
+void share_reference(RankGroup& group, int rank, ReferenceLogits& reference,
+                     const std::vector<ReferenceKey>& keys, std::size_t elems);
 
 // For every microbatch count of s: the stages' engines (weights of their layers' global
 // indices), one checked step (every microbatch's logits against the whole model), the timed

@@ -109,6 +109,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     if (!proc.mpi) watchdog.emplace("pp", s.timeout_s);
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
+    // Between pieces of work every process asks the same question and gets the same answer.
+    auto stopping = [&] { return world ? world->stop_requested() : Context::interrupted(); };
     report.extra["process_model"] = proc.mpi
                                         ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
@@ -117,7 +119,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>> training;
     ReferenceLogits reference;
     for (int p : degrees) {
-      if (Context::interrupted()) break;
+      if (stopping()) break;
       if (auto group = leading_ranks(ctx, p, "--pp")) {
         if (s.inference) {
           // One GPU runs the whole batch at once: the speed-ups' base (microbatches matter
@@ -132,7 +134,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
             p == 1 ? std::vector<Schedule>{Schedule::OneFOneB} : s.schedules;
         if (s.training)
           for (Schedule sch : schedules) {
-            if (Context::interrupted()) break;
+            if (group->stop_requested()) break;
             training[{sch, p}] = run_training(ctx, s, p, sch, *group);
           }
       }
@@ -143,13 +145,13 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     if (!s.layouts_text.empty()) {
       const std::vector<Layout> list = parse_layouts(s.layouts_text, visible, s.model);
       for (int batch : s.layout_batches) {
-        if (Context::interrupted()) break;
+        if (stopping()) break;
         LayoutOutcome base;
         if (auto group = leading_ranks(ctx, 1, "--layouts"))
           base = run_layout(ctx, s, Layout{}, batch, *group, reference);
         if (world) world->barrier();
         for (const Layout& l : list) {
-          if (Context::interrupted()) break;
+          if (stopping()) break;
           LayoutOutcome o;
           if (auto group = leading_ranks(ctx, l.gpus(), "--layouts"))
             o = run_layout(ctx, s, l, batch, *group, reference);

@@ -642,7 +642,7 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
     }
 
     for (int m : s.microbatches) {
-      if (Context::interrupted()) break;
+      if (group.any(self.rank, Context::interrupted())) break;  // all stages stop together
       const std::int64_t seqs = s.batch / m;
       TrainingOutcome o;
       o.schedule = sch;

@@ -75,10 +75,6 @@ std::uint64_t free_bytes(int gpu) {
   return free;
 }
 
-bool is_out_of_memory(const std::exception& e) {
-  return std::string(e.what()).find("out of memory") != std::string::npos;
-}
-
 }  // namespace
 
 PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t batch,
@@ -101,11 +97,10 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
   std::unique_ptr<model::Transformer> engine;
   try {
     engine = std::make_unique<model::Transformer>(s.model, eo, gpu);
-  } catch (const GpuError& e) {
-    if (!is_out_of_memory(e)) throw;
+  } catch (const OutOfMemoryError& e) {
     o.status = "skipped";
-    o.note = fmt::format("out of GPU memory building the engine ({} planned, {} free)",
-                         format_bytes(o.plan.total_bytes), format_bytes(free0));
+    o.note = fmt::format("out of GPU memory building the engine ({} planned, {} free): {}",
+                         format_bytes(o.plan.total_bytes), format_bytes(free0), e.what());
     return o;
   }
   model::Transformer& t = *engine;

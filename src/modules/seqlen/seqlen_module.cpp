@@ -110,7 +110,16 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
           o.plan = point_memory_plan(s, batch, len, compute_capability_major(gpu));
         } else {
           spdlog::info("seqlen: {} batch {} prompt {}", s.model.name, batch, len);
-          o = run_point(ctx, gpu, s, batch, len);
+          try {
+            o = run_point(ctx, gpu, s, batch, len);
+          } catch (const OutOfMemoryError& e) {  // past the engine: a workspace, the graph
+            o = PointOutcome{};
+            o.batch = batch;
+            o.length = len;
+            o.status = "skipped";
+            o.note = fmt::format("out of GPU memory: {}", e.what());
+            o.plan = point_memory_plan(s, batch, len, compute_capability_major(gpu));
+          }
           out_of_memory = o.status == "skipped";
         }
         record(report, s, m, o, peak, hbm, elem, gpu);

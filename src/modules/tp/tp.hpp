@@ -396,7 +396,8 @@ struct Outcome {
   // launches them).
   double allreduce_alone_s = 0;
   double no_comm_s = 0;              // decode: the step's graph with SkippedCollectives (median)
-  double check_error = 0;            // rank 0's logits against TP=1, relative L2
+  double check_error = 0;            // rank 0's logits against the reference, relative L2
+  int checked_against = 0;           // the reference's degree (1; 0: none, the point unchecked)
   std::uint64_t memory_per_gpu = 0;  // the engine's bytes on rank 0
   // Prefill with --overlap (when the step divides into the chunks): the step in
   // overlap_chunks chunks, each chunk's all-reduces behind the next chunk's compute (median,
@@ -409,12 +410,18 @@ struct Outcome {
   std::string attention_path;              // prefill: rank 0's attention kernel ("cudnn" or "own")
 };
 
-// Logits of the TP=1 runs, kept to check every other degree against: key (phase, batch, length).
-using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<double>>;
+// The logits each point is checked against: TP=1's, or where TP=1 did not run the point (a model
+// that does not fit one GPU) the first degree that did. Key (phase, batch, length).
+struct ReferenceRun {
+  int t = 1;  // the degree whose logits these are
+  std::vector<double> logits;
+};
+using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, ReferenceRun>;
 
 // Runs every (batch, prompt) prefill and (batch, context) decode point of `s` at degree t on
-// `group` (t ranks: threads of one process, or processes under MPI). Fills `reference` at t = 1
-// and checks against it otherwise (rank 0).
+// `group` (t ranks: threads of one process, or processes under MPI). Checks rank 0's logits
+// against `reference`; a point it has none for becomes the reference, and at t > 1 is
+// "unchecked" until a later degree agrees with it (confirm_across_degrees).
 std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGroup& group,
                                 ReferenceLogits& reference);
 

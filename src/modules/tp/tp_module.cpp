@@ -110,6 +110,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     // a degree wait for it at a barrier of all processes.
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
+    // Between degrees every process asks the same question and gets the same answer.
+    auto stopping = [&] { return world ? world->stop_requested() : Context::interrupted(); };
     // GPUs of this process without peer access: NCCL still runs (through host memory or
     // whatever transport it finds), but slower than the links suggest.
     const std::vector<int>& gpus = ctx.gpus();
@@ -126,7 +128,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     if (!s.micro.empty()) {
       std::map<std::pair<MicroKind, std::int64_t>, double> one;  // TP=1 GEMM time per point
       for (int t : degrees) {
-        if (Context::interrupted()) break;
+        if (stopping()) break;
         std::vector<MicroOutcome> outcomes;
         if (auto group = leading_ranks(ctx, t, "--tp")) outcomes = run_micro(ctx, s, t, *group);
         if (world) world->barrier();  // the processes outside this degree wait here
@@ -143,11 +145,12 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     ReferenceLogits reference;
     std::map<int, std::vector<Outcome>> by_t;
     for (int t : degrees) {
-      if (Context::interrupted()) break;
+      if (stopping()) break;
       if (auto group = leading_ranks(ctx, t, "--tp"))
         by_t[t] = run_degree(ctx, s, t, *group, reference);
       if (world) world->barrier();
     }
+    confirm_across_degrees(by_t);
     for (const auto& [t, outcomes] : by_t)
       for (const Outcome& o : outcomes) record(report, s, o, base(by_t, o));
     headline(report, by_t);
@@ -167,6 +170,23 @@ class TpModule final : public ResolvingModule<Options, Settings> {
   static double fastest_s(const Outcome& o) {
     const double step = o.step.median_s();
     return o.overlap_s > 0 ? std::min(step, o.overlap_s) : step;
+  }
+
+  // A point TP=1 did not run is the reference of the first degree that ran it; when a later
+  // degree's logits agreed with it, both are checked (against each other).
+  static void confirm_across_degrees(std::map<int, std::vector<Outcome>>& by_t) {
+    for (auto& [t, outcomes] : by_t)
+      for (Outcome& o : outcomes) {
+        if (o.status != "unchecked") continue;
+        for (const auto& [t2, later] : by_t)
+          for (const Outcome& l : later)
+            if (t2 > t && l.status == "ok" && l.checked_against == t && l.phase == o.phase &&
+                l.batch == o.batch && l.length == o.length) {
+              o.status = "ok";
+              o.checked_against = t2;
+              o.note = fmt::format("TP=1 did not run this point: checked against TP={}", t2);
+            }
+      }
   }
 
   // The TP=1 outcome of the same point, if it ran.
@@ -197,7 +217,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     if (!o.attention_path.empty()) r.params["attention_path"] = o.attention_path;
     r.status = o.status;
     r.note = o.note;
-    if (o.status != "ok") {
+    if (o.status != "ok" && o.status != "unchecked") {  // unchecked: timed, shown, not headlined
       report.add(std::move(r));
       return;
     }
@@ -246,7 +266,10 @@ class TpModule final : public ResolvingModule<Options, Settings> {
       r.params["overlap_chunks"] = o.overlap_chunks;
     }
     r.metric("memory_per_gpu", o.memory_per_gpu / kGiB, "GiB");
-    if (o.t > 1) r.metric("check_error", o.check_error, "rel");
+    if (o.t > 1 && o.checked_against > 0) {
+      r.metric("check_error", o.check_error, "rel");
+      if (o.checked_against != 1) r.params["checked_against_tp"] = o.checked_against;
+    }
     if (o.overlap_s > 0) r.metric("overlapped_check_error", o.overlap_check_error, "rel");
     r.stats = o.step.stats;
     report.add(std::move(r));
