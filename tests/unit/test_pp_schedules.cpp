@@ -1,6 +1,6 @@
-// Host side of the future `gpubench pp` subcommand (not registered yet): the schedules' stage
-// orders, the simulated timelines against the bubble theory, peak activations, transfers, stage
-// balancing, parallel layouts and the Chrome trace.
+// Host side of `gpubench pp`: the schedules' stage orders, the simulated timelines against the
+// bubble theory, peak activations, transfers, stage balancing, parallel layouts and the Chrome
+// trace.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,7 +1,6 @@
-// Host side of the future `gpubench pp` subcommand (not registered yet): defaults, the checks of
-// the bad input (stages above layers or GPUs, microbatches that do not divide the batch,
-// unknown schedules, chunks that do not divide the layers, layouts of the wrong size) and what
-// the defaults drop.
+// Host side of `gpubench pp`: defaults, the checks of the bad input (stages above layers or
+// GPUs, microbatches that do not divide the batch, unknown schedules, chunks that do not divide the
+// layers, layouts of the wrong size) and what the defaults drop.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,6 +1,6 @@
-// Host side of the future `gpubench tp` subcommand (not registered yet): bytes each layer moves
-// between ranks, the collective-time table (log-log interpolation, clamping, extrapolation), the
-// prediction and its helpers, the micro-benchmark shapes and the headline keys.
+// Host side of `gpubench tp`: bytes each layer moves between ranks, the collective-time table
+// (log-log interpolation, clamping, extrapolation), the prediction and its helpers, the
+// micro-benchmark shapes and the headline keys.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -189,4 +189,32 @@ TEST(TpOpKind, EngineOpsByKind) {
   EXPECT_EQ(op_kind("attention"), "attention");
   for (const char* o : {"rope_kv_cache", "residual_norm", "mlp_act", "embedding", "final_norm"})
     EXPECT_EQ(op_kind(o), "other") << o;
+}
+
+// A point TP=1 did not run is checked by a later degree's agreement, never reported as ok on its
+// own: TP=2's point stays unchecked until TP=4's logits matched it.
+TEST(TpChecks, PointWithoutTp1IsConfirmedOnlyByALaterDegree) {
+  auto point = [](int t, const char* status, int against, std::int64_t length) {
+    Outcome o;
+    o.t = t;
+    o.phase = model::Phase::Prefill;
+    o.length = length;
+    o.status = status;
+    o.checked_against = against;
+    return o;
+  };
+  std::map<int, std::vector<Outcome>> by_t;
+  // Prompt 4096: TP=2 first (unchecked), TP=4 agreed with it. Prompt 8192: TP=2 alone.
+  by_t[2] = {point(2, "unchecked", 0, 4096), point(2, "unchecked", 0, 8192)};
+  by_t[4] = {point(4, "ok", 2, 4096)};
+  confirm_across_degrees(by_t);
+  EXPECT_EQ(by_t[2][0].status, "ok");
+  EXPECT_EQ(by_t[2][0].checked_against, 4);
+  EXPECT_NE(by_t[2][0].note.find("checked against TP=4"), std::string::npos);
+  EXPECT_EQ(by_t[2][1].status, "unchecked");  // nothing checked it
+  // A later degree that failed its check confirms nothing.
+  by_t[2][1].status = "unchecked";
+  by_t[4].push_back(point(4, "failed", 2, 8192));
+  confirm_across_degrees(by_t);
+  EXPECT_EQ(by_t[2][1].status, "unchecked");
 }

@@ -1,6 +1,6 @@
-// Host side of the future `gpubench tp` subcommand (not registered yet): settings defaults per
-// mode and per visible GPU count, which TP degrees split each preset (heads, then KV heads, then
-// the MLP), every bad-input message, and the shards each rank holds tiling the full weights.
+// Host side of `gpubench tp`: settings defaults per mode and per visible GPU count, which TP
+// degrees split each preset (heads, then KV heads, then the MLP), every bad-input message, and the
+// shards each rank holds tiling the full weights.
 #include <gtest/gtest.h>
 
 #include <filesystem>

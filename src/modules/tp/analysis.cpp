@@ -161,4 +161,19 @@ std::string headline_key(HeadlineKind kind, int t, std::int64_t length) {
   return "";
 }
 
+void confirm_across_degrees(std::map<int, std::vector<Outcome>>& by_degree) {
+  for (auto& [t, outcomes] : by_degree)
+    for (Outcome& o : outcomes) {
+      if (o.status != "unchecked") continue;
+      for (const auto& [later_t, later] : by_degree)
+        for (const Outcome& l : later)
+          if (later_t > t && l.status == "ok" && l.checked_against == t && l.phase == o.phase &&
+              l.batch == o.batch && l.length == o.length) {
+            o.status = "ok";
+            o.checked_against = later_t;
+            o.note = fmt::format("TP=1 did not run this point: checked against TP={}", later_t);
+          }
+    }
+}
+
 }  // namespace gpubench::tp

@@ -418,6 +418,11 @@ struct ReferenceRun {
 };
 using ReferenceLogits = std::map<std::tuple<int, std::int64_t, std::int64_t>, ReferenceRun>;
 
+// A point TP=1 did not run (a model that does not fit one GPU) is the reference of the first
+// degree that ran it and stays "unchecked"; when a later degree's logits agreed with it, it is
+// "ok", checked against that degree. Outcomes by degree, as run_degree returns them.
+void confirm_across_degrees(std::map<int, std::vector<Outcome>>& by_degree);
+
 // Runs every (batch, prompt) prefill and (batch, context) decode point of `s` at degree t on
 // `group` (t ranks: threads of one process, or processes under MPI). Checks rank 0's logits
 // against `reference`; a point it has none for becomes the reference, and at t > 1 is

@@ -172,23 +172,6 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     return o.overlap_s > 0 ? std::min(step, o.overlap_s) : step;
   }
 
-  // A point TP=1 did not run is the reference of the first degree that ran it; when a later
-  // degree's logits agreed with it, both are checked (against each other).
-  static void confirm_across_degrees(std::map<int, std::vector<Outcome>>& by_t) {
-    for (auto& [t, outcomes] : by_t)
-      for (Outcome& o : outcomes) {
-        if (o.status != "unchecked") continue;
-        for (const auto& [t2, later] : by_t)
-          for (const Outcome& l : later)
-            if (t2 > t && l.status == "ok" && l.checked_against == t && l.phase == o.phase &&
-                l.batch == o.batch && l.length == o.length) {
-              o.status = "ok";
-              o.checked_against = t2;
-              o.note = fmt::format("TP=1 did not run this point: checked against TP={}", t2);
-            }
-      }
-  }
-
   // The TP=1 outcome of the same point, if it ran.
   static const Outcome* base(const std::map<int, std::vector<Outcome>>& by_t, const Outcome& o) {
     const auto it = by_t.find(1);
