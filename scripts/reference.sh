@@ -16,7 +16,7 @@
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
 # seqlen_quick torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env bandwidth
 # allreduce allreduce_mpi tp pp quick_start nccl_tests nvbandwidth; not by default: sigterm
-# sigterm_mpi):
+# sigterm_mpi hung_rank):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -27,6 +27,7 @@
 #   seqlen_quick  seqlen --quick
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
+#   hung_rank     the all_reduce sweep under mpirun with its last rank frozen (below)
 #   torch_matmul torch_decode  PyTorch peers (scripts/peers/), when torch is there
 #   nccl_tests    nccl-tests' all_reduce_perf beside allreduce: 8 B..8 GiB, plain and with graphs
 #   babelstream   BabelStream's CUDA build, fp64, 2 GiB arrays as gpubench bandwidth uses
@@ -122,6 +123,35 @@ stopped() {  # stopped NAME CMD...: CMD in the background, SIGTERM after a while
 has sigterm && stopped sigterm "$bin" allreduce --collective all -b 8 -e 8G -f 2
 has sigterm_mpi && command -v mpirun >/dev/null && stopped sigterm_mpi mpirun --allow-run-as-root \
   --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce --collective all -b 8 -e 8G -f 2
+# hung_rank: under mpirun, the last rank frozen (SIGSTOP, as a process stuck in the kernel is)
+# HUNG_AFTER seconds (default 20) into the all_reduce sweep: the job must end by itself within
+# the watchdog's limit (twice --timeout 10), rank 0 writing the sizes finished before.
+if has hung_rank && command -v mpirun >/dev/null && ((ngpu > 1)); then
+  mkdir -p "$work/hung_rank"
+  mpirun --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce \
+    --collective all -b 8 -e 8G -f 2 --timeout 10 --output-dir "$work/hung_rank/report" \
+    >"$work/logs/hung_rank.log" 2>&1 &
+  job=$!
+  sleep "${HUNG_AFTER:-20}"
+  victim=""
+  for p in $(pgrep -f "^$bin allreduce"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+      grep -qx "OMPI_COMM_WORLD_RANK=$((ngpu - 1))" && victim=$p
+  done
+  t0=$(date +%s.%N)
+  [[ -n "$victim" ]] && kill -STOP "$victim"
+  ( sleep 120 && kill -KILL "$job" ) 2>/dev/null &
+  guard=$!
+  wait "$job"
+  rc=$?
+  t1=$(date +%s.%N)
+  kill "$guard" 2>/dev/null
+  [[ -n "$victim" ]] && kill -KILL "$victim" 2>/dev/null
+  took=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
+  echo "exit code $rc, $took s after rank $((ngpu - 1)) (pid ${victim:-none}) froze" |
+    tee -a "$work/logs/hung_rank.log" | sed "s/^/hung_rank: /" | tee -a "$work/steps.log"
+  pack
+fi
 has quick_start && GPUBENCH_SKIP_BUILD=1 timed quick_start 400 bash "$repo/scripts/quick_start.sh" \
   quick --output-dir "$work/quick_start"
 if python3 -c "import torch" 2>/dev/null; then

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "gpubench/core/config.hpp"
 #include "gpubench/core/context.hpp"
@@ -22,6 +24,7 @@
 #include "gpubench/core/report.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "gpubench/version.hpp"
 
 namespace gpubench {
@@ -213,6 +216,15 @@ void print_report(const Report& r, const CommonOptions& c) {
   std::cout.flush();
 }
 
+// Under MPI a rank that failed or stalled on its own leaves the report to rank 0, which
+// writes what finished and ends the job (its watchdog fires if it waits on this rank). Should
+// rank 0 be the one stuck, this rank ends the job itself once rank 0's watchdog would have
+// fired: its limit, and 10 s more. Returns the exit code to end with.
+int wait_for_lead() {
+  std::this_thread::sleep_for(std::chrono::duration<double>(stall_limit() + 10));
+  return kExitFailed;
+}
+
 int exit_code_of(const Report& r) {
   return r.status == "ok" ? kExitOk : kExitFailed;
 }
@@ -280,6 +292,14 @@ int final_exit_code(int run_code, const Output& out) {
   return run_code;
 }
 
+// A module's report where the user asked for it: the folder, the console, --json FILE.
+void deliver(Report& r, const CommonOptions& c, Output& out) {
+  out.write_report(r);
+  print_report(r, c);
+  if (writes_json_file(c)) out.write_file(c.json, render_json(r));
+  out.announce();
+}
+
 int cmd_list(const std::vector<ModulePtr>& modules) {
   const System sys = System::discover(false);
   const std::vector<int> all_gpus = [&] {
@@ -322,9 +342,15 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   if (lead) check_outputs(c);
   Output out(c, make_run_id());
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
+  // A stalled run: rank 0 writes what finished, then the job ends (see Context::watchdog).
+  const auto on_stall = [&](Report& stalled) {
+    if (!lead) return wait_for_lead();
+    deliver(stalled, c, out);
+    return final_exit_code(kExitFailed, out);
+  };
   Report r;
   try {
-    r = run_module(m, c, sys, out.run_id(), command);
+    r = run_module(m, c, sys, out.run_id(), command, on_stall);
   } catch (const InputError& e) {
     // Found on this rank's node (its GPUs, its share of them): under MPI the other ranks may
     // not have it, so this rank says it, with its number.
@@ -339,15 +365,12 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
     if (end_job) {
       std::fprintf(stderr, "gpubench: error: [rank %d] %s\n", proc.rank, r.error.c_str());
       std::fflush(stderr);
-      abort_job(kExitFailed);
+      abort_job(wait_for_lead());
     }
     if (const int code = signal_exit_code()) return code;
     return exit_code_of(r);
   }
-  out.write_report(r);
-  print_report(r, c);
-  if (writes_json_file(c)) out.write_file(c.json, render_json(r));
-  out.announce();
+  deliver(r, c, out);
   if (end_job) {
     std::cout.flush();
     abort_job(kExitFailed);
@@ -357,10 +380,11 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
 
 // Runs one module of `all`; a module that cannot run becomes a failed report.
 Report run_in_all(Module& m, const CommonOptions& c, const System& sys, const std::string& run_id,
-                  const std::vector<std::string>& command, bool& no_gpu) {
+                  const std::vector<std::string>& command, const Context::StallSink& on_stall,
+                  bool& no_gpu) {
   Report r;
   try {
-    r = run_module(m, c, sys, run_id, command);
+    r = run_module(m, c, sys, run_id, command, on_stall);
   } catch (const NoGpuError& e) {
     no_gpu = true;
     r.module = m.name();
@@ -373,6 +397,27 @@ Report run_in_all(Module& m, const CommonOptions& c, const System& sys, const st
   }
   if (r.status == "failed") spdlog::error("{} failed: {}", m.name(), r.error);
   return r;
+}
+
+// The end of `all` on rank 0: summary.md, the JSON array, the summary line; the exit code.
+int finish_all(const std::vector<Report>& reports, const CommonOptions& first, bool no_gpu,
+               Output& out) {
+  if (!out.dir().empty())
+    out.write_file(out.dir() / "summary.md", render_summary_markdown(reports));
+  ojson all = ojson::array();
+  for (const auto& r : reports) all.push_back(to_json(r));
+  if (first.json == "-") std::cout << all.dump(2) << "\n";
+  if (writes_json_file(first)) out.write_file(first.json, all.dump(2) + "\n");
+  std::string failed;
+  for (const auto& r : reports)
+    if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
+  (first.json == "-" ? std::cerr : std::cout)
+      << "summary: " << reports.size() << " modules, "
+      << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
+  out.announce();
+  int code = failed.empty() ? kExitOk : kExitFailed;
+  if (no_gpu && failed.find("no usable GPU") != std::string::npos) code = kExitNoGpu;
+  return final_exit_code(code, out);
 }
 
 int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli_args,
@@ -404,11 +449,19 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   const System sys = System::discover(true);
   std::vector<Report> reports;
   bool no_gpu = false;
+  // A stalled module: rank 0 writes it and the summary of the modules before it.
+  const auto on_stall = [&](Report& stalled) {
+    if (!lead) return wait_for_lead();
+    out.write_report(stalled);
+    if (first.json != "-") std::cout << render_console(stalled) << "\n" << std::flush;
+    reports.push_back(stalled);
+    return finish_all(reports, first, no_gpu, out);
+  };
   for (auto& [m, c] : plan) {
     if (any_process(Context::interrupted())) break;  // every process stops at the same module
     if (proc.mpi && !m->supports_mpi() && !lead) continue;
     spdlog::info("running {}", m->name());
-    Report r = run_in_all(*m, c, sys, out.run_id(), command, no_gpu);
+    Report r = run_in_all(*m, c, sys, out.run_id(), command, on_stall, no_gpu);
     // Under MPI the processes agree on the outcome before the next module: a failure on any
     // rank fails the module everywhere, and that rank says why, once, with its number.
     if (proc.mpi && m->supports_mpi() && any_process(r.status == "failed")) {
@@ -425,22 +478,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
     reports.push_back(std::move(r));
   }
   if (!lead) return kExitOk;
-  if (!out.dir().empty())
-    out.write_file(out.dir() / "summary.md", render_summary_markdown(reports));
-  ojson all = ojson::array();
-  for (const auto& r : reports) all.push_back(to_json(r));
-  if (first.json == "-") std::cout << all.dump(2) << "\n";
-  if (writes_json_file(first)) out.write_file(first.json, all.dump(2) + "\n");
-  std::string failed;
-  for (const auto& r : reports)
-    if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
-  (first.json == "-" ? std::cerr : std::cout)
-      << "summary: " << reports.size() << " modules, "
-      << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
-  out.announce();
-  int code = failed.empty() ? kExitOk : kExitFailed;
-  if (no_gpu && failed.find("no usable GPU") != std::string::npos) code = kExitNoGpu;
-  return final_exit_code(code, out);
+  return finish_all(reports, first, no_gpu, out);
 }
 
 }  // namespace

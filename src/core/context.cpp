@@ -64,6 +64,26 @@ Measurement Context::measure(int gpu, cudaStream_t stream, const Launch& launch,
   return m;
 }
 
+void Context::publish(const Report& partial) {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  published_ = partial;
+}
+
+Report Context::published() const {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return published_;
+}
+
+std::unique_ptr<Watchdog> Context::watchdog(const std::string& what, double limit_s) {
+  return std::make_unique<Watchdog>(what, limit_s, [this](const std::string& reason) {
+    Report r = published();
+    r.status = "failed";
+    r.error = reason;
+    r.warn("the run stalled: the report holds the cases finished before it");
+    return stall_sink_ ? stall_sink_(r) : kExitFailed;
+  });
+}
+
 bool Context::interrupted() noexcept {
   return g_interrupt_signal.load() != 0;
 }

@@ -14,6 +14,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "spin.cuh"
 
 namespace gpubench {
@@ -186,6 +187,7 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
       }
       if (o.spin) impl_->gate->release();
       wait_for(impl_->stops[batch - 1], o.timeout_s, "the measured GPU work");
+      note_progress();  // finished GPU work: this thread is not the stuck one
       double batch_total = 0;
       for (int b = 0; b < batch; ++b) {
         const double s = impl_->stops[b].seconds_since(impl_->starts[b]);

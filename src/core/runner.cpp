@@ -32,10 +32,30 @@ ojson common_json(const CommonOptions& c, const MeasureOptions& m) {
       {"max_noise", m.max_noise}, {"max_time_s", m.max_time_s}, {"l2", to_string(m.l2)}};
 }
 
+// What every report carries besides its module's results: who, when, on what, with what.
+void fill_metadata(Report& r, Module& module, const CommonOptions& common,
+                   const MeasureOptions& measure, const System& system, const std::string& run_id,
+                   const std::vector<std::string>& command, const std::string& started) {
+  // What will cap performance on this machine belongs in every report, not only env's.
+  for (const auto& w : system.warnings) r.warn(w);
+  r.module = module.name();
+  r.version = GPUBENCH_VERSION_STRING;
+  r.run_id = run_id;
+  r.started_at = started;
+  r.finished_at = utc_now();
+  r.command = command;
+  r.system = system.to_json();
+  ojson cfg = common_json(common, measure);
+  const ojson module_cfg = module.config();
+  for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
+  r.config = cfg;
+}
+
 }  // namespace
 
 Report run_module(Module& module, const CommonOptions& common, const System& system,
-                  const std::string& run_id, const std::vector<std::string>& command) {
+                  const std::string& run_id, const std::vector<std::string>& command,
+                  const Context::StallSink& on_stall) {
   const std::string started = utc_now();
   const MeasureOptions measure = measure_options_from(common);  // validates --l2
   module.validate();
@@ -56,6 +76,12 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
     r.error = *why;
   } else {
     Context ctx(system, gpus, common);
+    // A stalled run's report: what the module published, with this report's metadata (the
+    // monitor's figures stay out: the thread that merges them may be the stuck one).
+    ctx.on_stall([&](Report& stalled) {
+      fill_metadata(stalled, module, common, measure, system, run_id, command, started);
+      return on_stall ? on_stall(stalled) : kExitFailed;
+    });
     try {
       r = module.run(ctx);
       r.settle_status();
@@ -81,19 +107,7 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
       if (r.status == "ok") r.status = "partial";
     }
   }
-  // What will cap performance on this machine belongs in every report, not only env's.
-  for (const auto& w : system.warnings) r.warn(w);
-  r.module = module.name();
-  r.version = GPUBENCH_VERSION_STRING;
-  r.run_id = run_id;
-  r.started_at = started;
-  r.finished_at = utc_now();
-  r.command = command;
-  r.system = system.to_json();
-  ojson cfg = common_json(common, measure);
-  const ojson module_cfg = module.config();
-  for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
-  r.config = cfg;
+  fill_metadata(r, module, common, measure, system, run_id, command, started);
   return r;
 }
 

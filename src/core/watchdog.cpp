@@ -7,12 +7,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <iostream>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/mpi.hpp"
 
 namespace gpubench {
 
 namespace {
 using Clock = std::chrono::steady_clock;
 std::atomic<Clock::rep> last_mark{Clock::now().time_since_epoch().count()};
+std::atomic<double> g_limit{0.0};
 }  // namespace
 
 void note_progress() noexcept {
@@ -25,22 +31,43 @@ double seconds_since_progress() noexcept {
   return std::chrono::duration<double>(since).count();
 }
 
-Watchdog::Watchdog(std::string what, double limit_s, int code)
-    : what_(std::move(what)), limit_s_(limit_s), code_(code) {
+double stall_limit() noexcept {
+  return g_limit.load();
+}
+
+Watchdog::Watchdog(std::string what, double limit_s, OnStall on_stall)
+    : what_(std::move(what)), limit_s_(limit_s), on_stall_(std::move(on_stall)) {
+  g_limit.store(limit_s);
   note_progress();
   thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
-      if (seconds_since_progress() <= limit_s_) continue;
-      const std::string line = fmt::format(
-          "gpubench: {}: no progress for {:g} s: a rank is stuck (a GPU waiting on another, or "
-          "NCCL); stopping without a report\n",
-          what_, limit_s_);
-      std::fputs(line.c_str(), stderr);
-      std::fflush(stderr);
-      std::_Exit(code_);
-    }
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; }))
+      if (seconds_since_progress() > limit_s_) stall();
   });
+}
+
+void Watchdog::stall() {
+  const ProcessInfo& p = process_info();
+  const std::string reason = fmt::format(
+      "no progress for {:g} s in {}: a rank is stuck (a GPU or process waiting on another, in "
+      "NCCL, MPI or the driver)",
+      limit_s_, what_);
+  const std::string rank = p.mpi ? fmt::format("[rank {}] ", p.rank) : std::string();
+  std::fprintf(stderr, "gpubench: error: %s%s\n", rank.c_str(), reason.c_str());
+  std::fflush(stderr);
+  int code = kExitFailed;
+  if (on_stall_) {
+    try {
+      code = on_stall_(reason);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpubench: error: the report of the stalled run failed: %s\n", e.what());
+    }
+  }
+  std::cout.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (p.mpi) abort_job(code);
+  std::_Exit(code);
 }
 
 Watchdog::~Watchdog() {

@@ -158,6 +158,9 @@ TEST(TpSettings, BadInputNamesTheOption) {
   o.collectives = "mpi";
   EXPECT_EQ(error_of(o), "--collectives: 'mpi' is not nccl or copy-engine");
   o = Options{};
+  o.timeout = 0;
+  EXPECT_EQ(error_of(o), "--timeout must be greater than 0 seconds");
+  o = Options{};
   o.small_collectives = "two-shot";
   EXPECT_EQ(error_of(o), "--small-collectives: 'two-shot' is not auto, nccl or one-shot");
   o.small_collectives = "one-shot";
@@ -251,9 +254,10 @@ TEST(TpSettings, ToJsonKeys) {
   const auto j = resolve_settings(o, true, 0).to_json();
   for (const char* key : {"model", "layers", "tp", "seq_lens", "batch_sizes", "contexts", "dtype",
                           "sequence_parallel", "micro", "micro_size", "micro_tokens", "overlap",
-                          "overlap_chunks", "collectives", "small_collectives"})
+                          "overlap_chunks", "collectives", "small_collectives", "timeout_s"})
     EXPECT_TRUE(j.contains(key)) << key;
-  EXPECT_EQ(j.size(), 15u);
+  EXPECT_EQ(j.size(), 16u);
+  EXPECT_EQ(j["timeout_s"], 600);
   EXPECT_EQ(j["model"]["name"], "llama-2-7b");
   EXPECT_EQ(j["tp"], nlohmann::ordered_json::parse("[1,2,4]"));
   EXPECT_EQ(j["seq_lens"], nlohmann::ordered_json::parse("[1024,4096]"));

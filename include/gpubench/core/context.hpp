@@ -2,13 +2,17 @@
 // What a module runs with: the selected GPUs, the run settings, the machine, and the shared
 // measurement core (one Measurer per GPU, the NVML monitor).
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gpubench/core/measure.hpp"
+#include "gpubench/core/result.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/watchdog.hpp"
 
 namespace gpubench {
 
@@ -59,6 +63,17 @@ class Context {
   // Everything the monitor saw in this run (merged over measurements), for the report.
   const MonitorSummary& monitor_summary() const noexcept { return monitor_total_; }
 
+  // A run over several GPUs or processes can stall where no exception reaches it (a rank
+  // waiting on one that never comes). Such a module publishes the report of what it finished
+  // after each case (its lead rank; thread-safe) and runs under watchdog(): when no rank group
+  // passes a barrier for limit_s, the published report, failed with the reason, goes to the
+  // stall sink (the harness writes and prints it) and the run ends with the sink's exit code.
+  void publish(const Report& partial);
+  Report published() const;
+  std::unique_ptr<Watchdog> watchdog(const std::string& what, double limit_s);
+  using StallSink = std::function<int(Report&)>;
+  void on_stall(StallSink sink) { stall_sink_ = std::move(sink); }
+
   // Set by SIGINT or SIGTERM: modules stop between cases and report what was finished.
   static bool interrupted() noexcept;
   // The signal that asked to stop (SIGINT, SIGTERM), 0 when none; async-signal-safe.
@@ -73,6 +88,9 @@ class Context {
   std::map<int, std::unique_ptr<Measurer>> measurers_;
   std::unique_ptr<Monitor> monitor_;
   MonitorSummary monitor_total_;
+  mutable std::mutex published_mu_;
+  Report published_;
+  StallSink stall_sink_;
 };
 
 }  // namespace gpubench

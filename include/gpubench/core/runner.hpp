@@ -16,8 +16,11 @@ std::string utc_now();
 // Runs `module` with `common`. Bad input (GPU list, option values found bad at run time)
 // throws InputError; a module that needs a GPU on a machine without one throws NoGpuError.
 // A module that is unsupported here returns a report with status "skipped" and the reason in
-// `error`; a module that fails returns status "failed" and why. Never writes files.
+// `error`; a module that fails returns status "failed" and why. Never writes files itself: a
+// run that stalls (Context::watchdog) hands the report of what finished to `on_stall`, which
+// writes it and returns the exit code the process then ends with.
 Report run_module(Module& module, const CommonOptions& common, const System& system,
-                  const std::string& run_id, const std::vector<std::string>& command);
+                  const std::string& run_id, const std::vector<std::string>& command,
+                  const Context::StallSink& on_stall = {});
 
 }  // namespace gpubench

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -209,11 +210,30 @@ class AllreduceModule final : public Module {
     mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
     mo.spin = !s.blocking;
 
+    RunFacts facts;
+    facts.nranks = n;
+    facts.groups = s.split;
+    link_peak(ctx.system(), world_gpus, facts);
+    r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
+                                        : std::string("one process, a thread per GPU");
+    r.extra["ranks"] = world;
+    r.extra["groups"] = s.split;
+    r.extra["nccl"] = {{"version", nccl_library_version()}, {"env", nccl_environment()}};
+
     std::vector<Row> rows;
+    // After each size, the report so far: what a stalled run ends with.
+    const auto publish = [&] {
+      Report partial = r;
+      build_report(partial, rows, facts);
+      ctx.publish(partial);
+    };
     // A failure (a collective past --timeout, a GPU error) ends the sweep; the sizes that
-    // finished before it are still reported, beside the error.
+    // finished before it are still reported, beside the error. A rank stuck where --timeout
+    // does not reach (NCCL's set-up, an MPI call, the driver) ends the run with that report
+    // once no rank has passed a barrier for twice --timeout.
     std::string failure;
     try {
+      const auto watchdog = ctx.watchdog("allreduce", 2 * s.timeout_s);
       group->run([&](Rank& self) {
         // One communicator per group; rank 0 makes every group's id and shares them.
         std::vector<ncclUniqueId> ids(static_cast<std::size_t>(s.split));
@@ -223,7 +243,7 @@ class AllreduceModule final : public Module {
         const int color = self.rank / n, grank = self.rank % n;
         NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank);
         try {
-          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows);
+          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows, publish);
         } catch (...) {
           comm.abort();  // a hung or failed collective must not hang the others
           throw;
@@ -236,15 +256,6 @@ class AllreduceModule final : public Module {
       spdlog::error("allreduce: {}", failure);
     }
 
-    RunFacts facts;
-    facts.nranks = n;
-    facts.groups = s.split;
-    link_peak(ctx.system(), world_gpus, facts);
-    r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
-                                        : std::string("one process, a thread per GPU");
-    r.extra["ranks"] = world;
-    r.extra["groups"] = s.split;
-    r.extra["nccl"] = {{"version", nccl_library_version()}, {"env", nccl_environment()}};
     build_report(r, rows, facts);
     r.error = failure;  // the runner marks the report failed; the finished sizes stand
     return r;
@@ -275,10 +286,12 @@ class AllreduceModule final : public Module {
   }
 
   // Everything one rank does: for each collective, type, op and size, time out-of-place and
-  // in-place, then verify. Rank 0 records the rows (the measurement is the same on every rank).
+  // in-place, then verify. Rank 0 records the rows (the measurement is the same on every rank)
+  // and publishes the report so far after each.
   static void run_rank(Rank& self, RankGroup& group, NcclComm& comm, const Settings& s,
                        const std::vector<std::uint64_t>& sizes, std::uint64_t buffer_bytes,
-                       const MeasureOptions& mo, int n, int grank, std::vector<Row>& rows) {
+                       const MeasureOptions& mo, int n, int grank, std::vector<Row>& rows,
+                       const std::function<void()>& publish) {
     DeviceBuffer a(self.device, buffer_bytes), b(self.device, buffer_bytes);
     cudaStream_t stream = self.stream->get();
     Event done(self.device);
@@ -388,6 +401,7 @@ class AllreduceModule final : public Module {
                            row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
                                                      : row.in_place.per_op.median * 1e6);
               rows.push_back(row);
+              publish();
             }
           }
         }

@@ -10,6 +10,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/stats.hpp"
 #include "gpubench/model/cost.hpp"
@@ -148,12 +149,36 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
       if (self.rank == 0)
         spdlog::info("pp: {} stages, {} microbatches of {} sequences", p, m, seqs);
 
+      // Memory, before anything is allocated: the stage's engine with every microbatch's KV
+      // cache, and on rank 0 first the whole model for the reference (built and freed before).
+      model::EngineOptions eo = engine_options(s, s.batch);
+      eo.first_layer = first_layer;
+      eo.layers = layers[static_cast<std::size_t>(stage)];
+      eo.embed = stage == 0;
+      eo.head = stage == p - 1;
+      const std::size_t logit_bytes = logit_elems * act_bytes(dtype);
+      const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
+      std::uint64_t need = model::engine_memory(s.model, eo, ws).total() +
+                           (stage == p - 1 ? logit_bytes * m : 0) +
+                           (stage == 0 ? static_cast<std::uint64_t>(s.batch) * n * 4 : 0);
+      if (self.rank == 0 && !reference.count(std::make_tuple(seqs, s.seq_len, 0))) {
+        model::EngineOptions whole = engine_options(s, seqs);
+        whole.layers = s.layers;
+        need = std::max<std::uint64_t>(need, model::engine_memory(s.model, whole, ws).total());
+      }
+      if (const std::string why = agreed_memory_check(group, self.rank, need); !why.empty()) {
+        o.status = "skipped";
+        o.note = why;
+        if (self.rank == 0) out.push_back(o);
+        continue;
+      }
+
       // The whole model's logits of every microbatch, once per microbatch size (they are made
       // together), on rank 0's GPU, built and freed before the stages take their memory.
       if (self.rank == 0 && !reference.count(std::make_tuple(seqs, s.seq_len, 0))) {
-        model::EngineOptions eo = engine_options(s, seqs);
-        eo.layers = s.layers;
-        model::Transformer whole(s.model, eo, self.device);
+        model::EngineOptions whole_eo = engine_options(s, seqs);
+        whole_eo.layers = s.layers;
+        model::Transformer whole(s.model, whole_eo, self.device);
         for (int mb = 0; mb < m; ++mb) {
           whole.prefill(whole.tokens(b, n, kTokenSeed + mb, st), b, n, st);
           GPB_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -174,11 +199,6 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
 
       // The stage's engine holds every microbatch's KV cache (microbatch mb's from sequence
       // mb x seqs on), so that decode can follow the prefill microbatch by microbatch.
-      model::EngineOptions eo = engine_options(s, s.batch);
-      eo.first_layer = first_layer;
-      eo.layers = layers[static_cast<std::size_t>(stage)];
-      eo.embed = stage == 0;
-      eo.head = stage == p - 1;
       model::Transformer engine(s.model, eo, self.device);
       const std::size_t hidden_elems = static_cast<std::size_t>(seqs * s.seq_len * H);
       std::vector<const std::int32_t*> ids(static_cast<std::size_t>(m), nullptr);
@@ -194,7 +214,6 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
           ids[static_cast<std::size_t>(mb)] = id_bufs.back().as<std::int32_t>();
         }
       // The last stage keeps every microbatch's logits for the check.
-      const std::size_t logit_bytes = logit_elems * act_bytes(dtype);
       DeviceBuffer logits(self.device, stage == p - 1 ? logit_bytes * m : 16);
 
       // One step: every microbatch in order, receive, forward, send; with `mark`, events at each

@@ -13,6 +13,7 @@
 #include "../tp/tp.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
@@ -67,17 +68,42 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     const int stage = self.rank / l.tp % l.pp;
     const int replica = self.rank / (l.tp * l.pp);
     cudaStream_t st = self.stream->get();
+    model::EngineOptions eo;
+    eo.dtype = dtype;
+    eo.max_batch = b;
+    eo.max_tokens = n;
+    eo.max_context = n;
+    eo.tp_size = l.tp;
+    eo.tp_rank = trank;
+    for (int j = 0; j < stage; ++j) eo.first_layer += stage_layers[static_cast<std::size_t>(j)];
+    eo.layers = stage_layers[static_cast<std::size_t>(stage)];
+    eo.embed = stage == 0;
+    eo.head = stage == l.pp - 1;
+    model::EngineOptions whole_eo = eo;
+    whole_eo.tp_size = 1;
+    whole_eo.tp_rank = 0;
+    whole_eo.first_layer = 0;
+    whole_eo.layers = s.layers;
+    whole_eo.embed = whole_eo.head = true;
+    // Memory, before anything is allocated: this rank's engine and prompts, and on rank 0
+    // first the whole model for the reference (built and freed before).
+    const auto key = std::make_tuple(seqs, s.seq_len, 0);
+    const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
+    std::uint64_t need = model::engine_memory(s.model, eo, ws).total() +
+                         static_cast<std::uint64_t>(m) * b * n * sizeof(std::int32_t);
+    if (self.rank == 0 && !reference.count(key))
+      need = std::max<std::uint64_t>(need, model::engine_memory(s.model, whole_eo, ws).total());
+    if (const std::string why = agreed_memory_check(group, self.rank, need); !why.empty()) {
+      if (self.rank == 0) {
+        out.status = "skipped";
+        out.note = why;
+      }
+      return;
+    }
     // The whole model's logits of microbatch 0 (every replica's check), on the first GPU
     // before the engines take their memory.
-    const auto key = std::make_tuple(seqs, s.seq_len, 0);
     if (self.rank == 0 && !reference.count(key)) {
-      model::EngineOptions eo;
-      eo.dtype = dtype;
-      eo.layers = s.layers;
-      eo.max_batch = b;
-      eo.max_tokens = n;
-      eo.max_context = n;
-      model::Transformer whole(s.model, eo, self.device);
+      model::Transformer whole(s.model, whole_eo, self.device);
       whole.prefill(whole.tokens(b, n, kTokenSeed, st), b, n, st);
       GPB_CUDA_CHECK(cudaStreamSynchronize(st));
       reference[key] = model::to_host_values(whole.logits(), logit_elems, dtype);
@@ -103,17 +129,6 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     std::unique_ptr<tp::NcclTpCollectives> collectives;
     if (l.tp > 1) collectives = std::make_unique<tp::NcclTpCollectives>(tp_comm.get());
 
-    model::EngineOptions eo;
-    eo.dtype = dtype;
-    eo.max_batch = b;
-    eo.max_tokens = n;
-    eo.max_context = n;
-    eo.tp_size = l.tp;
-    eo.tp_rank = trank;
-    for (int j = 0; j < stage; ++j) eo.first_layer += stage_layers[static_cast<std::size_t>(j)];
-    eo.layers = stage_layers[static_cast<std::size_t>(stage)];
-    eo.embed = stage == 0;
-    eo.head = stage == l.pp - 1;
     model::Transformer engine(s.model, eo, self.device);
     if (collectives) engine.set_collectives(collectives.get());
     const std::size_t hidden = static_cast<std::size_t>(seqs * s.seq_len * H);

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <limits>
 
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/shard.hpp"
@@ -108,6 +109,20 @@ StageCosts agreed_stage_costs(RankGroup& group, int rank,
   c.attention = parts[3];
   c.measured = true;
   return c;
+}
+
+std::string agreed_memory_check(RankGroup& group, int rank, std::uint64_t need) {
+  std::size_t free_b = 0, total_b = 0;
+  GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const auto needs = group.all_gather(rank, static_cast<double>(need));
+  const auto frees = group.all_gather(rank, static_cast<double>(free_b));
+  for (std::size_t j = 0; j < needs.size(); ++j)
+    if (needs[j] + static_cast<double>(kMemoryReserve) > frees[j])
+      return fmt::format(
+          "does not fit in GPU memory: stage {} needs {} (and {} spare) with {} free", j,
+          format_bytes(static_cast<std::uint64_t>(needs[j])), format_bytes(kMemoryReserve),
+          format_bytes(static_cast<std::uint64_t>(frees[j])));
+  return "";
 }
 
 std::string Layout::name() const {

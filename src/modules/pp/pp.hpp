@@ -196,6 +196,13 @@ std::string stage_layers_text(const std::vector<int>& blocks);
 // group.run().
 StageCosts agreed_stage_costs(RankGroup& group, int rank,
                               const std::function<StageCosts()>& measure);
+// Room on every stage's GPU for what it is about to allocate (`need` bytes on this rank, beside
+// kMemoryReserve for NCCL, the driver and fragmentation), decided before anything is allocated
+// so that no stage runs out in the middle while the others wait for it. Every rank calls it
+// inside group.run() and gets the same answer: "" when every stage fits, else why not (the first
+// stage short of memory, what it needs, what is free).
+constexpr std::uint64_t kMemoryReserve = 1ull << 30;
+std::string agreed_memory_check(RankGroup& group, int rank, std::uint64_t need);
 
 // ---------------------------------------------------------------------------------------------
 // A training stage's work (training.cpp): what the GPU runner (train_run.cpp) runs for one

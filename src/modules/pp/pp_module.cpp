@@ -16,7 +16,6 @@
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
-#include "gpubench/core/watchdog.hpp"
 #include "pp.hpp"
 
 namespace gpubench {
@@ -67,7 +66,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
         ->capture_default_str();
     app.add_option("--timeout", opts_.timeout,
                    "Seconds without progress (every stage past a barrier) before gpubench ends "
-                   "a stuck run (one process): one line on stderr, exit 1, no report")
+                   "a stuck run with the report of the pieces finished (exit 1)")
         ->capture_default_str();
     app.add_option("--layouts", opts_.layouts,
                    "Parallel layouts of the inference workload over all the GPUs, e.g. "
@@ -94,39 +93,43 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     const int visible = rank_count(ctx.gpus());
     const Settings s = resolve_settings(opts_, ctx.quick(), visible);
     effective_ = s;
-    Report report;
-    report.module = name();
-    report.config = s.to_json();
-    for (const auto& n : s.notes) report.warn(n);
+    Outcomes done;
+    done.report.module = name();
+    done.report.config = s.to_json();
+    for (const auto& n : s.notes) done.report.warn(n);
     std::vector<int> degrees = s.pp;
     if (std::find(degrees.begin(), degrees.end(), 1) == degrees.end())
       degrees.insert(degrees.begin(), 1);  // one GPU: what speed-ups are against
-    // A stage blocked inside the driver or NCCL (a GPU waiting on another that never comes)
-    // cannot be reached by an exception: the watchdog ends such a run instead of a hang. One
-    // process only: under mpirun a process outside the stages waits at a barrier for as long
-    // as they run, which is no sign of a hang.
-    std::optional<Watchdog> watchdog;
-    if (!proc.mpi) watchdog.emplace("pp", s.timeout_s);
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
     // Between pieces of work every process asks the same question and gets the same answer.
     auto stopping = [&] { return world ? world->stop_requested() : Context::interrupted(); };
-    report.extra["process_model"] = proc.mpi
-                                        ? fmt::format("{} (one process per GPU)", proc.launcher)
-                                        : std::string("one process, a thread per GPU");
-
-    std::map<int, std::vector<InferenceOutcome>> inference;
-    std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>> training;
+    done.report.extra["process_model"] =
+        proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
+                 : std::string("one process, a thread per GPU");
+    // A stage blocked inside the driver, NCCL or MPI (a GPU waiting on another that never
+    // comes) cannot be reached by an exception: each piece of work runs under a watchdog (its
+    // ranks only: a process outside it waits at a barrier for as long as it runs), which ends
+    // a stuck run with the report of the pieces before, published after each.
+    ctx.publish(done.report);
+    const auto watched = [&](int ranks, const char* option, const auto& body) {
+      if (auto group = leading_ranks(ctx, ranks, option)) {
+        const auto watchdog = ctx.watchdog("pp", s.timeout_s);
+        body(*group);
+      }
+      if (world) world->barrier();  // the processes outside this piece wait here
+      ctx.publish(assemble(s, done));
+    };
     ReferenceLogits reference;
     for (int p : degrees) {
       if (stopping()) break;
-      if (auto group = leading_ranks(ctx, p, "--pp")) {
+      watched(p, "--pp", [&](RankGroup& group) {
         if (s.inference) {
           // One GPU runs the whole batch at once: the speed-ups' base (microbatches matter
           // only to a pipeline).
           Settings one = s;
           if (p == 1) one.microbatches = {1};
-          inference[p] = run_inference(ctx, one, p, *group, reference);
+          done.inference[p] = run_inference(ctx, one, p, group, reference);
         }
         // One GPU runs 1F1B's order only, whatever the schedules (every schedule is the same
         // work there; 1F1B holds the fewest activations): the speed-ups' base.
@@ -134,51 +137,64 @@ class PpModule final : public ResolvingModule<Options, Settings> {
             p == 1 ? std::vector<Schedule>{Schedule::OneFOneB} : s.schedules;
         if (s.training)
           for (Schedule sch : schedules) {
-            if (group->stop_requested()) break;
-            training[{sch, p}] = run_training(ctx, s, p, sch, *group);
+            if (group.stop_requested()) break;
+            done.training[{sch, p}] = run_training(ctx, s, p, sch, group);
+            ctx.publish(assemble(s, done));
           }
-      }
-      if (world) world->barrier();
+      });
     }
     // Parallel layouts: one GPU first (the base), then each layout over all the GPUs.
-    std::vector<std::pair<LayoutOutcome, LayoutOutcome>> layouts;  // (outcome, its base)
     if (!s.layouts_text.empty()) {
       const std::vector<Layout> list = parse_layouts(s.layouts_text, visible, s.model);
       for (int batch : s.layout_batches) {
         if (stopping()) break;
         LayoutOutcome base;
-        if (auto group = leading_ranks(ctx, 1, "--layouts"))
-          base = run_layout(ctx, s, Layout{}, batch, *group, reference);
-        if (world) world->barrier();
+        watched(1, "--layouts", [&](RankGroup& group) {
+          base = run_layout(ctx, s, Layout{}, batch, group, reference);
+        });
         for (const Layout& l : list) {
           if (stopping()) break;
           LayoutOutcome o;
-          if (auto group = leading_ranks(ctx, l.gpus(), "--layouts"))
-            o = run_layout(ctx, s, l, batch, *group, reference);
-          if (world) world->barrier();
-          layouts.emplace_back(o, base);
+          watched(l.gpus(), "--layouts",
+                  [&](RankGroup& group) { o = run_layout(ctx, s, l, batch, group, reference); });
+          done.layouts.emplace_back(o, base);
         }
       }
     }
+    return assemble(s, done);
+  }
+
+ private:
+  // What the run finished so far, and the report it started with (settings, warnings).
+  struct Outcomes {
+    Report report;
+    std::map<int, std::vector<InferenceOutcome>> inference;
+    std::map<std::pair<Schedule, int>, std::vector<TrainingOutcome>> training;
+    std::vector<std::pair<LayoutOutcome, LayoutOutcome>> layouts;  // (outcome, its base)
+  };
+
+  // The report of what finished: published after each piece of work, returned at the end.
+  Report assemble(const Settings& s, const Outcomes& done) {
+    Report report = done.report;
     // Each batch's one-GPU base as a row of its own, then its layouts.
+    const auto& layouts = done.layouts;
     for (std::size_t i = 0; i < layouts.size(); ++i) {
       const auto& [o, base] = layouts[i];
       if (i == 0 || layouts[i - 1].first.batch != o.batch) record_layout(report, s, base, base);
       record_layout(report, s, o, base);
     }
-    for (const auto& [p, outcomes] : inference)
-      for (const InferenceOutcome& o : outcomes) record_inference(report, s, o, inference);
-    for (const auto& [key, outcomes] : training)
-      for (const TrainingOutcome& o : outcomes) record_training(report, s, o, training);
-    headline(report, training);
+    for (const auto& [p, outcomes] : done.inference)
+      for (const InferenceOutcome& o : outcomes) record_inference(report, s, o, done.inference);
+    for (const auto& [key, outcomes] : done.training)
+      for (const TrainingOutcome& o : outcomes) record_training(report, s, o, done.training);
+    headline(report, done.training);
     layout_headline(report, s, layouts);
-    sweeps(report, s, training, layouts);
+    sweeps(report, s, done.training, layouts);
     if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
     report.settle_status();
     return report;
   }
 
- private:
   Settings resolve(const Options& o, bool quick) const override {
     return resolve_settings(o, quick, /*visible_gpus=*/0);
   }

@@ -231,6 +231,53 @@ class TrainStage {
     return static_cast<std::uint64_t>(rows_ * elems * eb_);
   }
   std::uint64_t fixed_bytes() const { return fixed_; }
+  // Saved activations held at once along a stage's `order`: each forward adds its chunk's slab,
+  // each backward frees it.
+  std::uint64_t peak_slab_bytes(const std::vector<Op>& order) const {
+    std::uint64_t held = 0, peak = 0;
+    for (const Op& op : order) {
+      held = op.forward ? held + slab_bytes(op.chunk) : held - slab_bytes(op.chunk);
+      peak = std::max(peak, held);
+    }
+    return peak;
+  }
+  // What build(microbatches) and a run along `order` allocate, before any of it is: weights and
+  // gradients, norms, embedding and token ids (first stage), head and logits (last), the
+  // microbatch's scratch, the GEMM workspace, the check's copy of a gradient and the saved
+  // activations at their peak.
+  std::uint64_t planned_bytes(int microbatches, const std::vector<Op>& order) const {
+    const std::int64_t H = m_.hidden_size, Q = m_.q_dim(), KV = m_.kv_dim(),
+                       I = m_.intermediate_size, V = m_.vocab_size, R = rows_;
+    const std::int64_t U = m_.gated_mlp ? 2 * I : I;
+    std::int64_t elems = 0, largest = 0;  // elements of dtype_; the largest weight
+    const auto linear = [&](std::int64_t out, std::int64_t in) {
+      elems += 2 * out * in;
+      largest = std::max(largest, out * in);
+    };
+    for (std::size_t c = 0; c < blocks_.size(); ++c)
+      for (int i = 0; i < blocks_[c]; ++i) {
+        if ((first_[c] + i) % 2 == 0) {
+          linear(Q + 2 * KV, H);
+          linear(H, Q);
+        } else {
+          linear(U, H);
+          linear(H, I);
+        }
+        elems += H;
+      }
+    std::uint64_t bytes = 0;
+    if (first_stage_) {
+      elems += V * H;
+      bytes += static_cast<std::uint64_t>(microbatches * R) * 4;
+    }
+    if (last_stage_) {
+      linear(V, H);
+      elems += H + R * V;
+    }
+    elems += R * (2 * U + H + Q + Q + 2 * KV) + largest;
+    return bytes + static_cast<std::uint64_t>(elems * eb_) + gemm_workspace_bytes(9) +
+           peak_slab_bytes(order);
+  }
   cudaMemPool_t pool() const { return pool_; }
   std::uint64_t pool_high() const {
     std::uint64_t v = 0;
@@ -673,9 +720,17 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         count.push_back(stage_blocks[static_cast<std::size_t>(stage)]);
       }
       TrainStage ts(s, self.device, first, count, stage == 0, stage == p - 1, seqs);
+      const std::vector<Op> order = stage_order(sch, p, m, v, stage);
+      // Memory, before anything is allocated, agreed by every stage.
+      if (const std::string why = agreed_memory_check(group, self.rank, ts.planned_bytes(m, order));
+          !why.empty()) {
+        o.status = "skipped";
+        o.note = why;
+        if (self.rank == 0) out.push_back(std::move(o));
+        continue;
+      }
       ts.build(m, st);
       spdlog::debug("pp: stage {}, m {}: stage built", stage, m);
-      const std::vector<Op> order = stage_order(sch, p, m, v, stage);
       const std::int64_t R = ts.rows(), H = s.model.hidden_size;
       const std::size_t hb = ts.transfer_bytes();
       const std::size_t helems = static_cast<std::size_t>(R * H);
@@ -1013,13 +1068,8 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
         }
       const auto highs = group.all_gather(self.rank, static_cast<double>(high));
       // Expected peak: the slabs in flight along this stage's order.
-      double expected = 0, held = 0;
-      for (const Op& op : order) {
-        const double b = static_cast<double>(ts.slab_bytes(op.chunk));
-        held += op.forward ? b : -b;
-        expected = std::max(expected, held);
-      }
-      const auto expecteds = group.all_gather(self.rank, expected);
+      const auto expecteds =
+          group.all_gather(self.rank, static_cast<double>(ts.peak_slab_bytes(order)));
       const auto fixed = group.all_gather(self.rank, static_cast<double>(ts.fixed_bytes()));
 
       if (self.rank == 0) {

@@ -158,6 +158,8 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
     throw InputError(fmt::format("--small-collectives: '{}' is not auto, nccl or one-shot",
                                  o.small_collectives));
   s.small_collectives = sc;
+  if (!(o.timeout > 0)) throw InputError("--timeout must be greater than 0 seconds");
+  s.timeout_s = o.timeout;
   return s;
 }
 
@@ -178,7 +180,8 @@ nlohmann::ordered_json Settings::to_json() const {
           {"overlap", overlap},
           {"overlap_chunks", overlap_chunks},
           {"collectives", collectives},
-          {"small_collectives", small_collectives}};
+          {"small_collectives", small_collectives},
+          {"timeout_s", timeout_s}};
 }
 
 }  // namespace gpubench::tp

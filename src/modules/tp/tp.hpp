@@ -51,6 +51,7 @@ struct Options {
   int overlap_chunks = 4;
   std::string collectives = "nccl";        // the model run's: nccl or copy-engine
   std::string small_collectives = "auto";  // its small all-reduces: auto, nccl or one-shot
+  double timeout = 600;  // seconds without progress before a stuck run ends with its report
 };
 
 // The two Megatron linear layers the micro-benchmark isolates.
@@ -78,6 +79,7 @@ struct Settings {
   // (one-shot where it can run: GPUs of one host with peer access, at most 8 ranks, as threads
   // or as processes sharing buffers through CUDA IPC; else NCCL).
   std::string small_collectives = "auto";
+  double timeout_s = 600;          // the watchdog's limit (no rank group passing a barrier)
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
 };

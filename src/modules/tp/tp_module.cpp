@@ -73,6 +73,10 @@ class TpModule final : public ResolvingModule<Options, Settings> {
                    "with peer access, threads or processes), nccl, or auto (one-shot where it "
                    "can run, else nccl)")
         ->capture_default_str();
+    app.add_option("--timeout", opts_.timeout,
+                   "Seconds without progress (every rank of a degree past a barrier) before "
+                   "gpubench ends a stuck run with the report of the degrees finished (exit 1)")
+        ->capture_default_str();
   }
 
   // The default degrees on one GPU leave TP=1 alone, with nothing to compare: skipped (`all`
@@ -125,31 +129,41 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     report.extra["process_model"] = proc.mpi
                                         ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
+    // Each degree runs under a watchdog (its ranks only: a process outside it waits at a
+    // barrier for as long as it runs); the report of the degrees before is published for a run
+    // that stalls.
+    ctx.publish(report);
+    const auto watched = [&](int t, const auto& body) {
+      if (auto group = leading_ranks(ctx, t, "--tp")) {
+        const auto watchdog = ctx.watchdog(fmt::format("tp {}", t), s.timeout_s);
+        body(*group);
+      }
+      if (world) world->barrier();  // the processes outside this degree wait here
+    };
     if (!s.micro.empty()) {
-      std::map<std::pair<MicroKind, std::int64_t>, double> one;  // TP=1 GEMM time per point
+      std::vector<MicroOutcome> all;
       for (int t : degrees) {
         if (stopping()) break;
-        std::vector<MicroOutcome> outcomes;
-        if (auto group = leading_ranks(ctx, t, "--tp")) outcomes = run_micro(ctx, s, t, *group);
-        if (world) world->barrier();  // the processes outside this degree wait here
-        for (const MicroOutcome& o : outcomes) {
-          if (t == 1 && o.status == "ok") one[{o.kind, o.tokens}] = o.compute_s;
-          const auto it = one.find({o.kind, o.tokens});
-          record_micro(report, s, o, it == one.end() ? 0.0 : it->second);
-        }
+        watched(t, [&](RankGroup& group) {
+          for (MicroOutcome& o : run_micro(ctx, s, t, group)) all.push_back(std::move(o));
+        });
+        ctx.publish(micro_report(report, s, all));
       }
-      if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
-      report.settle_status();
-      return report;
+      return micro_report(report, s, all);
     }
     ReferenceLogits reference;
     std::map<int, std::vector<Outcome>> by_t;
     for (int t : degrees) {
       if (stopping()) break;
-      if (auto group = leading_ranks(ctx, t, "--tp"))
-        by_t[t] = run_degree(ctx, s, t, *group, reference);
-      if (world) world->barrier();
+      watched(t, [&](RankGroup& group) { by_t[t] = run_degree(ctx, s, t, group, reference); });
+      ctx.publish(model_report(report, s, by_t));
     }
+    return model_report(report, s, by_t);
+  }
+
+ private:
+  // The report of the model points so far (`base` holds the run's settings and warnings).
+  Report model_report(Report report, const Settings& s, std::map<int, std::vector<Outcome>> by_t) {
     confirm_across_degrees(by_t);
     for (const auto& [t, outcomes] : by_t)
       for (const Outcome& o : outcomes) record(report, s, o, base(by_t, o));
@@ -160,7 +174,19 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     return report;
   }
 
- private:
+  // The report of the micro-benchmark points so far, TP=1's first (speed-ups are against it).
+  Report micro_report(Report report, const Settings& s, const std::vector<MicroOutcome>& all) {
+    std::map<std::pair<MicroKind, std::int64_t>, double> one;  // TP=1 GEMM time per point
+    for (const MicroOutcome& o : all) {
+      if (o.t == 1 && o.status == "ok") one[{o.kind, o.tokens}] = o.compute_s;
+      const auto it = one.find({o.kind, o.tokens});
+      record_micro(report, s, o, it == one.end() ? 0.0 : it->second);
+    }
+    if (Context::interrupted()) report.warn("interrupted: only the points finished are reported");
+    report.settle_status();
+    return report;
+  }
+
   Settings resolve(const Options& o, bool quick) const override {
     return resolve_settings(o, quick, /*visible_gpus=*/0);
   }
