@@ -4,7 +4,8 @@
 Usage: python3 scripts/plot_results.py RUN_DIR
 
 Reads every *.json report of schema gpubench.result/1 in RUN_DIR (other JSON files are skipped)
-and writes RUN_DIR/charts/<module>_<name>.png, the names the Markdown reports link to.
+and writes RUN_DIR/charts/<module>_<name>.png, then links each one from its Markdown report
+(which marks where each chart goes and links none until it is drawn).
 Charts are an extra: when matplotlib is missing this prints one line and exits 0, so a
 benchmark run never fails because of them. Exit 2 when RUN_DIR is missing, 1 when a chart
 could not be drawn.
@@ -277,6 +278,28 @@ def load_reports(run_dir):
     return reports
 
 
+def link_charts(run_dir, entry, drawn):
+    """Replaces each chart slot of the report's Markdown (<!-- chart: charts/NAME.png -->) whose
+    chart was drawn with its image link: the Markdown links only files that exist."""
+    md_path = os.path.join(run_dir, os.path.splitext(entry)[0] + ".md")
+    try:
+        with open(md_path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return
+    changed = text
+    for name, title in drawn:
+        changed = changed.replace(f"<!-- chart: charts/{name} -->",
+                                  f"![{title}](charts/{name})")
+    if changed == text:
+        return
+    handle, temp = tempfile.mkstemp(prefix=".tmp_", suffix=".md", dir=run_dir)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(changed)
+    os.chmod(temp, os.stat(md_path).st_mode & 0o777)
+    os.replace(temp, md_path)
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print("usage: plot_results.py RUN_DIR", file=sys.stderr if len(argv) != 2 else sys.stdout)
@@ -291,10 +314,10 @@ def main(argv):
         module = safe_name(report.get("module") or os.path.splitext(entry)[0])
         for sweep in report.get("sweeps") or []:
             if isinstance(sweep, dict):
-                jobs.append(("sweep", module, sweep))
+                jobs.append(("sweep", entry, module, sweep))
         for matrix in report.get("matrices") or []:
             if isinstance(matrix, dict):
-                jobs.append(("matrix", module, matrix))
+                jobs.append(("matrix", entry, module, matrix))
     if not jobs:
         print(f"plot_results: nothing to chart in {run_dir} "
               f"({len(reports)} gpubench report(s), no sweeps or matrices)")
@@ -314,7 +337,8 @@ def main(argv):
     except OSError as error:
         fail_input(f"cannot create {charts_dir}: {error.strerror}")
     written, failed = 0, 0
-    for kind, module, item in jobs:
+    drawn = {}  # report file -> [(chart file, title)]
+    for kind, entry, module, item in jobs:
         name = f"{module}_{safe_name(item.get('name'))}.png"
         path = os.path.join(charts_dir, name)
         try:
@@ -323,9 +347,15 @@ def main(argv):
             else:
                 plot_matrix(figure_cls, colors, module, item, path)
             written += 1
+            drawn.setdefault(entry, []).append((name, item.get("title") or name))
         except Exception as error:  # one bad chart must not stop the others
             failed += 1
             print(f"plot_results: could not draw {name}: {error}", file=sys.stderr)
+    for entry, charts in drawn.items():
+        try:
+            link_charts(run_dir, entry, charts)
+        except OSError as error:
+            print(f"plot_results: could not link the charts in {entry}: {error}", file=sys.stderr)
     print(f"plot_results: wrote {written} chart(s) to {charts_dir}"
           + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0

@@ -24,6 +24,7 @@
 #include "gpubench/core/report.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/units.hpp"
 #include "gpubench/core/watchdog.hpp"
 #include "gpubench/version.hpp"
 
@@ -50,6 +51,8 @@ CLI::Validator finite_number(bool strict) {
 }  // namespace
 
 void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
+  const std::string group = "Common options";
+  app.option_defaults()->group(group);
   app.add_option("--gpus", c.gpus, "GPUs to use: all, 0,1 or 0-3")->capture_default_str();
   app.add_flag("--quick", c.quick, "Short run: smaller sizes, fewer iterations");
   app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")
@@ -57,7 +60,7 @@ void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
   app.add_option("--warmup", c.warmup, "Untimed iterations first")->check(finite_number(false));
   app.add_option("--min-time", c.min_time, "Minimum timed GPU seconds per measurement")
       ->check(finite_number(false));
-  app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this (e.g. 0.005)")
+  app.add_option("--max-noise", c.max_noise, "Stop when stdev/mean <= this percent (e.g. 0.5)")
       ->check(finite_number(false));
   app.add_option("--max-time", c.max_time, "Wall-clock cap per measurement, seconds")
       ->check(finite_number(true));
@@ -70,8 +73,15 @@ void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
   app.add_option("--output-dir", c.output_dir,
                  "Report folder (default results/test_YYYYMMDD_HHMMSS)");
   app.add_option("--json", c.json, "Also write the JSON report to FILE ('-' = stdout only)");
+  app.add_option("--csv", c.csv,
+                 "Also write one CSV row per case to FILE, units in the header ('-' = stdout "
+                 "only)");
   app.add_flag("--no-files", c.no_files, "Write no report files");
   app.add_option("--config", config, "INI file: [common] and [<subcommand>] sections");
+  app.add_flag("--dry-run", c.dry_run,
+               "Check the input and print the effective configuration (JSON); touch no GPU, "
+               "write nothing");
+  app.option_defaults()->group("Options");
 }
 
 namespace {
@@ -137,8 +147,8 @@ struct ModuleApp {
   CLI::App app;
   ModuleApp(Module& m) : app(m.help(), m.name()) {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    m.add_options(app);  // its own options first, in --help too
     add_common_options(app, common, config);
-    m.add_options(app);
   }
   void parse(std::vector<std::string> args) {
     std::reverse(args.begin(), args.end());  // CLI11 takes its vector reversed
@@ -206,13 +216,25 @@ CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args,
   return parsed.common;
 }
 
+// Everything about the input that needs no GPU, before any hardware is touched: the common
+// options, the GPU list's syntax and the module's own options.
+void check_input(Module& m, const CommonOptions& c) {
+  if (c.json == "-" && c.csv == "-")
+    throw InputError("--json - and --csv - both want stdout: give one of them a file");
+  (void)measure_options_from(c);
+  (void)parse_gpu_list(c.gpus, -1);
+  m.validate();
+}
+
+// --json - or --csv - takes stdout: the console tables then go to stderr.
+bool stdout_taken(const CommonOptions& c) {
+  return c.json == "-" || c.csv == "-";
+}
+
 void print_report(const Report& r, const CommonOptions& c) {
-  if (c.json == "-") {
-    std::cout << render_json(r);
-    std::cerr << render_console(r);
-  } else {
-    std::cout << render_console(r);
-  }
+  if (c.json == "-") std::cout << render_json(r);
+  if (c.csv == "-") std::cout << render_csv({r});
+  (stdout_taken(c) ? std::cerr : std::cout) << render_console(r);
   std::cout.flush();
 }
 
@@ -230,16 +252,20 @@ int exit_code_of(const Report& r) {
 }
 
 bool writes_folder(const CommonOptions& c) {
-  return !c.no_files && !(c.json == "-" && c.output_dir.empty());
+  return !c.no_files && !(stdout_taken(c) && c.output_dir.empty());
 }
 bool writes_json_file(const CommonOptions& c) {
   return !c.json.empty() && c.json != "-";
+}
+bool writes_csv_file(const CommonOptions& c) {
+  return !c.csv.empty() && c.csv != "-";
 }
 
 // Every output path, checked before anything runs: a bad one is bad input (exit 2).
 void check_outputs(const CommonOptions& c) {
   if (writes_folder(c)) check_output_dir(c.output_dir);
   if (writes_json_file(c)) check_output_file(c.json, "--json");
+  if (writes_csv_file(c)) check_output_file(c.csv, "--csv");
 }
 
 // Where a finished run's reports go. The folder is made only now, when there is a report to
@@ -266,7 +292,7 @@ class Output {
   }
   void announce() const {
     if (!dir_.empty())
-      (c_.json == "-" ? std::cerr : std::cout) << "report: " << dir_.string() << "\n";
+      (stdout_taken(c_) ? std::cerr : std::cout) << "report: " << dir_.string() << "\n";
   }
 
  private:
@@ -297,6 +323,7 @@ void deliver(Report& r, const CommonOptions& c, Output& out) {
   out.write_report(r);
   print_report(r, c);
   if (writes_json_file(c)) out.write_file(c.json, render_json(r));
+  if (writes_csv_file(c)) out.write_file(c.csv, render_csv({r}));
   out.announce();
 }
 
@@ -337,8 +364,12 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   const bool lead = proc.rank == 0;
   if (proc.mpi && !m.supports_mpi() && !lead) return kExitOk;
   setup_logging(lead ? c.log_level : std::string("warn"));
-  (void)measure_options_from(c);
-  m.validate();
+  check_input(m, c);
+  if (c.dry_run) {
+    if (lead)
+      std::cout << ojson{{"module", m.name()}, {"config", effective_config(m, c)}}.dump(2) << "\n";
+    return kExitOk;
+  }
   if (lead) check_outputs(c);
   Output out(c, make_run_id());
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
@@ -407,11 +438,13 @@ int finish_all(const std::vector<Report>& reports, const CommonOptions& first, b
   ojson all = ojson::array();
   for (const auto& r : reports) all.push_back(to_json(r));
   if (first.json == "-") std::cout << all.dump(2) << "\n";
+  if (first.csv == "-") std::cout << render_csv(reports);
   if (writes_json_file(first)) out.write_file(first.json, all.dump(2) + "\n");
+  if (writes_csv_file(first)) out.write_file(first.csv, render_csv(reports));
   std::string failed;
   for (const auto& r : reports)
     if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
-  (first.json == "-" ? std::cerr : std::cout)
+  (stdout_taken(first) ? std::cerr : std::cout)
       << "summary: " << reports.size() << " modules, "
       << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
   out.announce();
@@ -436,13 +469,19 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
       continue;
     }
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
-    (void)measure_options_from(c);
-    m->validate();
+    check_input(*m, c);
     plan.emplace_back(m.get(), c);
   }
   const CommonOptions& first = plan.front().second;
   const ProcessInfo& proc = process_info();
   const bool lead = proc.rank == 0;
+  if (first.dry_run) {
+    ojson all = ojson::array();
+    for (auto& [m, c] : plan)
+      all.push_back({{"module", m->name()}, {"config", effective_config(*m, c)}});
+    if (lead) std::cout << all.dump(2) << "\n";
+    return kExitOk;
+  }
   setup_logging(lead ? first.log_level : std::string("warn"));
   if (lead) check_outputs(first);
   Output out(first, make_run_id());
@@ -453,7 +492,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   const auto on_stall = [&](Report& stalled) {
     if (!lead) return wait_for_lead();
     out.write_report(stalled);
-    if (first.json != "-") std::cout << render_console(stalled) << "\n" << std::flush;
+    if (!stdout_taken(first)) std::cout << render_console(stalled) << "\n" << std::flush;
     reports.push_back(stalled);
     return finish_all(reports, first, no_gpu, out);
   };
@@ -474,7 +513,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
       }
     }
     if (lead && !r.run_id.empty()) out.write_report(r);
-    if (lead && first.json != "-") std::cout << render_console(r) << "\n" << std::flush;
+    if (lead && !stdout_taken(first)) std::cout << render_console(r) << "\n" << std::flush;
     reports.push_back(std::move(r));
   }
   if (!lead) return kExitOk;
@@ -529,8 +568,11 @@ int run_cli(int argc, char** argv) {
       if (m->available()) {
         commons.push_back(std::make_unique<CommonOptions>());
         configs.push_back(std::make_unique<std::string>());
+        m->add_options(*sub);  // its own options first in --help, the common ones after
         add_common_options(*sub, *commons.back(), *configs.back());
-        m->add_options(*sub);
+        std::string footer;
+        for (const std::string& e : m->examples()) footer += "\n  " + e;
+        if (!footer.empty()) sub->footer("Examples:" + footer);
       } else {
         sub->allow_extras();
       }

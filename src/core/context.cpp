@@ -31,7 +31,7 @@ MeasureOptions measure_options_from(const CommonOptions& c) {
   if (c.warmup >= 0) m.warmup = c.warmup;
   if (c.iters > 0) m.fixed_iters = c.iters;
   if (c.min_time >= 0) m.min_time_s = c.min_time;
-  if (c.max_noise >= 0) m.max_noise = c.max_noise;
+  if (c.max_noise >= 0) m.max_noise = c.max_noise / 100;  // given in percent, as nvbench's
   if (c.max_time >= 0) m.max_time_s = c.max_time;
   m.l2 = parse_l2_policy(c.l2);
   return m;

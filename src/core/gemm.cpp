@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
 
 namespace gpubench {
 
@@ -45,9 +46,9 @@ const char* to_string(GemmDtype t) {
 }
 
 GemmDtype parse_gemm_dtype(const std::string& text) {
-  if (text == "fp8") return GemmDtype::Fp8E4M3;
+  const std::string name = canonical_dtype(text);
   for (GemmDtype t : kAllGemmDtypes)
-    if (text == to_string(t)) return t;
+    if (name == to_string(t)) return t;
   std::string known;
   for (GemmDtype t : kAllGemmDtypes) known += std::string(known.empty() ? "" : ", ") + to_string(t);
   throw InputError(fmt::format("unknown data type '{}' (known: {})", text, known));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -49,7 +50,63 @@ std::string monitor_lines(const ojson& mon, const char* bullet) {
   return out;
 }
 
+// Where a chart goes: an HTML comment, invisible, that scripts/plot_results.py replaces with the
+// image link once it has drawn the file, so the Markdown never links a file that is not there.
+std::string chart_slot(const std::string& module, const std::string& name) {
+  return fmt::format("<!-- chart: charts/{}_{}.png -->\n\n", module, name);
+}
+
+// A CSV field: quoted (quotes doubled) when it holds a comma, quote or line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string csv_value(const ojson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
 }  // namespace
+
+std::string render_csv(const std::vector<Report>& reports) {
+  // Columns: every parameter and every metric ("name (unit)") met, in the order first met.
+  std::vector<std::string> params, metrics;
+  const auto note = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+  };
+  const auto metric_column = [](const std::string& key, const Metric& m) {
+    return m.unit.empty() || !m.text.empty() ? key : fmt::format("{} ({})", key, m.unit);
+  };
+  for (const Report& r : reports)
+    for (const CaseResult& c : r.results) {
+      for (const auto& [k, v] : c.params.items()) note(params, k);
+      for (const auto& [k, m] : c.metrics) note(metrics, metric_column(k, m));
+    }
+  std::string out = "module,group,case,status";
+  for (const auto& p : params) out += "," + csv_field(p);
+  for (const auto& m : metrics) out += "," + csv_field(m);
+  out += ",note\n";
+  for (const Report& r : reports)
+    for (const CaseResult& c : r.results) {
+      out += csv_field(r.module) + "," + csv_field(c.group) + "," + csv_field(c.name) + "," +
+             csv_field(c.status);
+      for (const auto& p : params)
+        out += "," + (c.params.contains(p) ? csv_field(csv_value(c.params[p])) : std::string());
+      for (const auto& col : metrics) {
+        std::string cell;
+        for (const auto& [k, m] : c.metrics)
+          if (metric_column(k, m) == col)
+            cell = m.text.empty() ? fmt::format("{:.6g}", m.value) : m.text;
+        out += "," + csv_field(cell);
+      }
+      out += "," + csv_field(c.note) + "\n";
+    }
+  return out;
+}
 
 std::string render_markdown(const Report& r) {
   std::string md = fmt::format("# gpubench {}\n\n", r.module);
@@ -75,12 +132,12 @@ std::string render_markdown(const Report& r) {
   for (const auto& m : r.matrices) {
     const auto t = detail::matrix_table(m);
     md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
-    md += fmt::format("![{}](charts/{}_{}.png)\n\n", t.title, r.module, m.name);
+    md += chart_slot(r.module, m.name);
   }
   for (const auto& s : r.sweeps) {
     const auto t = detail::sweep_table(s);
     md += "## " + t.title + "\n\n" + render_pipe(t) + "\n";
-    md += fmt::format("![{}](charts/{}_{}.png)\n\n", t.title, r.module, s.name);
+    md += chart_slot(r.module, s.name);
   }
   if (!r.attachments.empty()) {
     md += "## Files\n\n";
@@ -91,7 +148,8 @@ std::string render_markdown(const Report& r) {
   if (!mon.empty()) md += "## Clocks, power and temperature while measuring\n\n" + mon + "\n";
   if (!r.matrices.empty() || !r.sweeps.empty())
     md +=
-        "_Charts are drawn by `scripts/plot_results.py <run folder>` (quick_start.sh runs it)._\n";
+        "_Charts: `scripts/plot_results.py <run folder>` draws them and links them above "
+        "(quick_start.sh runs it)._\n";
   return md;
 }
 

@@ -26,16 +26,21 @@ std::string utc_now() {
 namespace {
 
 ojson common_json(const CommonOptions& c, const MeasureOptions& m) {
-  return ojson{
-      {"gpus", c.gpus},           {"quick", c.quick},           {"warmup", m.warmup},
-      {"iters", m.fixed_iters},   {"min_iters", m.min_iters},   {"min_time_s", m.min_time_s},
-      {"max_noise", m.max_noise}, {"max_time_s", m.max_time_s}, {"l2", to_string(m.l2)}};
+  return ojson{{"gpus", c.gpus},
+               {"quick", c.quick},
+               {"warmup", m.warmup},
+               {"iters", m.fixed_iters},
+               {"min_iters", m.min_iters},
+               {"min_time_s", m.min_time_s},
+               {"max_noise_pct", 100 * m.max_noise},
+               {"max_time_s", m.max_time_s},
+               {"l2", to_string(m.l2)}};
 }
 
 // What every report carries besides its module's results: who, when, on what, with what.
-void fill_metadata(Report& r, Module& module, const CommonOptions& common,
-                   const MeasureOptions& measure, const System& system, const std::string& run_id,
-                   const std::vector<std::string>& command, const std::string& started) {
+void fill_metadata(Report& r, Module& module, const CommonOptions& common, const System& system,
+                   const std::string& run_id, const std::vector<std::string>& command,
+                   const std::string& started) {
   // What will cap performance on this machine belongs in every report, not only env's.
   for (const auto& w : system.warnings) r.warn(w);
   r.module = module.name();
@@ -45,19 +50,23 @@ void fill_metadata(Report& r, Module& module, const CommonOptions& common,
   r.finished_at = utc_now();
   r.command = command;
   r.system = system.to_json();
-  ojson cfg = common_json(common, measure);
-  const ojson module_cfg = module.config();
-  for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
-  r.config = cfg;
+  r.config = effective_config(module, common);
 }
 
 }  // namespace
+
+ojson effective_config(const Module& module, const CommonOptions& common) {
+  ojson cfg = common_json(common, measure_options_from(common));
+  const ojson module_cfg = module.config();
+  for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
+  return cfg;
+}
 
 Report run_module(Module& module, const CommonOptions& common, const System& system,
                   const std::string& run_id, const std::vector<std::string>& command,
                   const Context::StallSink& on_stall) {
   const std::string started = utc_now();
-  const MeasureOptions measure = measure_options_from(common);  // validates --l2
+  (void)measure_options_from(common);  // validates --l2
   module.validate();
   std::vector<int> gpus;
   if (!system.gpus.empty())
@@ -79,7 +88,7 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
     // A stalled run's report: what the module published, with this report's metadata (the
     // monitor's figures stay out: the thread that merges them may be the stuck one).
     ctx.on_stall([&](Report& stalled) {
-      fill_metadata(stalled, module, common, measure, system, run_id, command, started);
+      fill_metadata(stalled, module, common, system, run_id, command, started);
       return on_stall ? on_stall(stalled) : kExitFailed;
     });
     try {
@@ -107,7 +116,7 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
       if (r.status == "ok") r.status = "partial";
     }
   }
-  fill_metadata(r, module, common, measure, system, run_id, command, started);
+  fill_metadata(r, module, common, system, run_id, command, started);
   return r;
 }
 

@@ -91,8 +91,52 @@ std::uint64_t parse_size_option(const std::string& option, const std::string& te
 
 std::vector<std::uint64_t> parse_size_list(const std::string& text) {
   std::vector<std::uint64_t> out;
+  if (text.find(':') != std::string::npos) {
+    for (std::int64_t v : parse_range(text, "sizes", kMaxListItems, [](const std::string& s) {
+           return static_cast<std::int64_t>(parse_size(s));
+         }))
+      out.push_back(static_cast<std::uint64_t>(v));
+    return out;
+  }
   for (const auto& item : split_list(text)) out.push_back(parse_size(item));
   return out;
+}
+
+std::string canonical_dtype(const std::string& text) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"double", "fp64"},
+      {"float64", "fp64"},
+      {"f64", "fp64"},
+      {"float", "fp32"},
+      {"float32", "fp32"},
+      {"f32", "fp32"},
+      {"half", "fp16"},
+      {"float16", "fp16"},
+      {"f16", "fp16"},
+      {"bfloat16", "bf16"},
+      {"fp8", "fp8_e4m3"},
+      {"fp8e4m3", "fp8_e4m3"},
+      {"f8e4m3", "fp8_e4m3"},
+      {"e4m3", "fp8_e4m3"},
+      {"float8_e4m3fn", "fp8_e4m3"},
+      {"fp8e5m2", "fp8_e5m2"},
+      {"f8e5m2", "fp8_e5m2"},
+      {"e5m2", "fp8_e5m2"},
+      {"float8_e5m2", "fp8_e5m2"},
+      {"char", "int8"},
+      {"i8", "int8"},
+      {"u8", "uint8"},
+      {"int", "int32"},
+      {"i32", "int32"},
+      {"u32", "uint32"},
+      {"i64", "int64"},
+      {"u64", "uint64"},
+      {"tensorfloat32", "tf32"},
+  };
+  const std::string key = lower(trim(text));
+  for (const auto& [alias, canonical] : kAliases)
+    if (key == alias) return canonical;
+  return key;
 }
 
 namespace {
@@ -164,7 +208,9 @@ std::vector<int> parse_gpu_list(const std::string& text, int visible) {
     } catch (...) {
       throw InputError(fmt::format("--gpus: '{}' is not a GPU index", s));
     }
-    if (v >= visible)
+    if (visible < 0 && v > kMaxGpuId)
+      throw InputError(fmt::format("--gpus: GPU {} is beyond any machine (0-{})", v, kMaxGpuId));
+    if (visible >= 0 && v >= visible)
       throw InputError(
           fmt::format("--gpus: GPU {} does not exist ({} visible: 0-{})", v, visible, visible - 1));
     return static_cast<int>(v);
@@ -200,29 +246,45 @@ std::int64_t parse_count(const std::string& text, const std::string& option) {
 
 }  // namespace
 
+std::vector<std::int64_t> parse_range(
+    const std::string& text, const std::string& option, std::size_t max_values,
+    const std::function<std::int64_t(const std::string&)>& value) {
+  const auto parts = split_list(trim(text), ':');
+  if (parts.size() != 3)
+    throw InputError(
+        fmt::format("{}: '{}' is not start:stop:xF or start:stop:+S", option, trim(text)));
+  const std::int64_t start = value(parts[0]), stop = value(parts[1]);
+  if (start < 1 || stop < start)
+    throw InputError(fmt::format("{}: '{}' needs 1 <= start <= stop", option, trim(text)));
+  const std::string step = parts[2];
+  std::vector<std::int64_t> out;
+  const auto too_many = [&] {
+    return InputError(
+        fmt::format("{}: '{}' gives more than {} values", option, trim(text), max_values));
+  };
+  if (step[0] == 'x' || step[0] == 'X') {
+    const std::int64_t f = parse_count(step.substr(1), option);
+    if (f < 2) throw InputError(fmt::format("{}: factor '{}' must be at least 2", option, step));
+    for (std::int64_t v = start;; v *= f) {
+      if (out.size() == max_values) throw too_many();
+      out.push_back(v);
+      if (v > stop / f) break;  // the next one passes stop (or overflows)
+    }
+  } else {
+    const std::int64_t s = value(step[0] == '+' ? step.substr(1) : step);
+    if (s < 1 || static_cast<std::uint64_t>((stop - start) / s) >= max_values) throw too_many();
+    for (std::int64_t v = start; v <= stop; v += s) out.push_back(v);
+  }
+  return out;
+}
+
 std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
                                        std::int64_t max) {
   std::vector<std::int64_t> out;
   const std::string t = trim(text);
   if (t.find(':') != std::string::npos) {
-    const auto parts = split_list(t, ':');
-    if (parts.size() != 3)
-      throw InputError(
-          fmt::format("{}: '{}' is not start:stop:step or start:stop:xF", option, text));
-    const std::int64_t start = parse_count(parts[0], option), stop = parse_count(parts[1], option);
-    const std::string step = trim(parts[2]);
-    if (start < 1 || stop < start)
-      throw InputError(fmt::format("{}: '{}' needs 1 <= start <= stop", option, text));
-    if (!step.empty() && (step[0] == 'x' || step[0] == 'X')) {
-      const std::int64_t f = parse_count(step.substr(1), option);
-      if (f < 2) throw InputError(fmt::format("{}: factor '{}' must be at least 2", option, step));
-      for (std::int64_t v = start; v <= stop; v *= f) out.push_back(v);
-    } else {
-      const std::int64_t s = parse_count(step, option);
-      if (s < 1 || (stop - start) / s >= 1024)
-        throw InputError(fmt::format("{}: '{}' gives more than 1024 values", option, text));
-      for (std::int64_t v = start; v <= stop; v += s) out.push_back(v);
-    }
+    out = parse_range(t, option, kMaxListItems,
+                      [&](const std::string& s) { return parse_count(s, option); });
   } else {
     for (const auto& item : split_list(t)) out.push_back(parse_count(item, option));
   }

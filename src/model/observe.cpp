@@ -66,7 +66,7 @@ MeasureOptions engine_step_options(const CommonOptions& c) {
     m.min_iters = c.quick ? 3 : 5;
     m.warmup = c.warmup >= 0 ? c.warmup : 1;
     m.min_time_s = c.min_time >= 0 ? c.min_time : (c.quick ? 0.05 : 0.2);
-    m.max_noise = c.max_noise >= 0 ? c.max_noise : 0.01;
+    m.max_noise = c.max_noise >= 0 ? c.max_noise / 100 : 0.01;
     m.max_time_s = c.max_time >= 0 ? c.max_time : (c.quick ? 1.0 : 3.0);
   }
   return m;

@@ -680,7 +680,7 @@ ModelConfig load_engine_model(const std::string& preset, const std::string& conf
 }
 
 std::string engine_dtype(const std::string& text) {
-  const std::string t = trim(text);
+  const std::string t = canonical_dtype(text);
   if (t != "bf16" && t != "fp16")
     throw InputError(
         fmt::format("--dtype: '{}' is not supported by the engine (bf16 or fp16)", text));

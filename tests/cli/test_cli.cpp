@@ -202,20 +202,17 @@ TEST(Cli, GpuIndexThatDoesNotExist) {
   }
 }
 
+// The list's syntax is input, checked before any GPU is looked for: bad input (2) with or
+// without a GPU.
 TEST(Cli, RepeatedGpuIndex) {
-  const auto o = run("bandwidth --gpus 0,0");
-  if (has_gpu())
-    expect_bad_input(o, "listed twice");
-  else
-    EXPECT_EQ(o.code, 3) << o.err;
+  expect_bad_input(run("bandwidth --gpus 0,0"), "listed twice");
+  expect_bad_input(run("allreduce --gpus 1,0-1"), "listed twice");
 }
 
 TEST(Cli, MalformedGpuList) {
-  const auto o = run("bandwidth --gpus zero");
-  if (has_gpu())
-    expect_bad_input(o, "not a GPU index");
-  else
-    EXPECT_EQ(o.code, 3) << o.err;
+  expect_bad_input(run("bandwidth --gpus zero"), "not a GPU index");
+  expect_bad_input(run("all --gpus 3-1"), "reversed");
+  expect_bad_input(run("matmul --gpus 5000"), "beyond any machine");
 }
 
 TEST(Cli, NoGpuExitsThree) {

@@ -278,7 +278,7 @@ TEST(CollectiveNccl, EveryCollectiveAcrossGpus) {
     types.push_back(&parse_type(name));
   if (all_hopper)  // NCCL reduces fp8 on sm_90 and later only
     for (const DataType& t : all_types())
-      if (t.name == "fp8e4m3" || t.name == "fp8e5m2") types.push_back(&t);
+      if (t.name == "fp8_e4m3" || t.name == "fp8_e5m2") types.push_back(&t);
 
   const std::size_t counts[] = {1000, (std::size_t{1} << 20) + 1};
   const std::size_t max_bytes = counts[1] * static_cast<std::size_t>(n) * 8;

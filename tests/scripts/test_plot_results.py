@@ -96,6 +96,8 @@ class PlotResultsTest(unittest.TestCase):
     @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed")
     def test_every_sweep_and_matrix_becomes_a_png(self):
         self.write("bandwidth.json", fake_report("bandwidth"))
+        self.write("bandwidth.md", "# gpubench bandwidth\n\n## P2P bandwidth over size\n\n"
+                   "<!-- chart: charts/bandwidth_p2p_size_sweep.png -->\n\n")
         self.write("other.json", {"schema": "other/1", "module": "other",
                                   "sweeps": [{"name": "ignored", "series": []}]})
         result = run_script(self.run_dir)
@@ -107,6 +109,12 @@ class PlotResultsTest(unittest.TestCase):
         for name in expected:
             with open(os.path.join(charts, name), "rb") as handle:
                 self.assertEqual(handle.read(8), PNG_MAGIC, name)
+        # The Markdown's chart slot became a link to the drawn file; other text is kept.
+        with open(os.path.join(self.run_dir, "bandwidth.md"), encoding="utf-8") as handle:
+            md = handle.read()
+        self.assertIn("![P2P bandwidth over size](charts/bandwidth_p2p_size_sweep.png)", md)
+        self.assertIn("# gpubench bandwidth", md)
+        self.assertNotIn("<!-- chart: charts/bandwidth_p2p_size_sweep.png -->", md)
 
         # A second run over the same folder replaces the charts (idempotent).
         again = run_script(self.run_dir)

@@ -184,8 +184,8 @@ TEST(AllreduceCollectives, TypeTable) {
     EXPECT_EQ(types[i].floating, expected[i].floating);
   }
   if (types.size() == 12) {
-    EXPECT_EQ(types[10].name, "fp8e4m3");
-    EXPECT_EQ(types[11].name, "fp8e5m2");
+    EXPECT_EQ(types[10].name, "fp8_e4m3");
+    EXPECT_EQ(types[11].name, "fp8_e5m2");
     EXPECT_EQ(types[10].bytes, 1);
     EXPECT_TRUE(types[11].floating);
   }

@@ -31,6 +31,9 @@ using gpubench::testing::contains;
 TEST(GemmTypes, NamesRoundTripAndUnknownIsRejected) {
   for (GemmDtype t : kAllGemmDtypes) EXPECT_EQ(parse_gemm_dtype(to_string(t)), t);
   EXPECT_EQ(parse_gemm_dtype("fp8"), GemmDtype::Fp8E4M3);
+  EXPECT_EQ(parse_gemm_dtype("bfloat16"), GemmDtype::Bf16);  // the one vocabulary's aliases
+  EXPECT_EQ(parse_gemm_dtype("fp8e4m3"), GemmDtype::Fp8E4M3);
+  EXPECT_EQ(parse_gemm_dtype("double"), GemmDtype::Fp64);
   try {
     parse_gemm_dtype("fp4");
     FAIL();

@@ -65,7 +65,7 @@ TEST(EngineStepOptions, TheRunsChoicesWinOverTheStepDefaults) {
   c.l2 = "cold";  // the weights dwarf the L2: never flushed between steps
   c.warmup = 0;
   c.min_time = 4;
-  c.max_noise = 0.002;
+  c.max_noise = 0.2;  // percent
   c.max_time = 6;
   d = engine_step_options(c);
   EXPECT_EQ(d.l2, L2Policy::Hot);

@@ -107,10 +107,42 @@ TEST(Report, MarkdownHasTablesMatricesAndChartLinks) {
   EXPECT_NE(md.find("| triad |"), std::string::npos);
   EXPECT_NE(md.find("bandwidth (GB/s)"), std::string::npos);
   EXPECT_NE(md.find("not supported \\| here"), std::string::npos);  // pipes escaped
-  EXPECT_NE(md.find("charts/bandwidth_p2p_unidir_ce_GBps.png"), std::string::npos);
-  EXPECT_NE(md.find("charts/bandwidth_p2p_sweep.png"), std::string::npos);
+  // Chart slots, not links: the files do not exist until scripts/plot_results.py draws them.
+  EXPECT_NE(md.find("<!-- chart: charts/bandwidth_p2p_unidir_ce_GBps.png -->"), std::string::npos);
+  EXPECT_NE(md.find("<!-- chart: charts/bandwidth_p2p_sweep.png -->"), std::string::npos);
+  EXPECT_EQ(md.find("]("), std::string::npos) << "no link to a file that is not there";
   EXPECT_NE(md.find("| 1 MiB |"), std::string::npos);
   EXPECT_NE(md.find("hbm_triad_GBps"), std::string::npos);
+}
+
+TEST(Report, CsvOneRowPerCaseWithUnitsInTheHeader) {
+  Report a = sample_report();
+  Report b;
+  b.module = "matmul";
+  CaseResult c;
+  c.group = "GEMM, bf16";
+  c.name = "8192x8192x8192";
+  c.params = {{"dtype", "bf16"}, {"shape", "8192,8192"}};
+  c.metric("tflops", 691.0, "TFLOP/s");
+  c.note = "say \"hi\"";
+  b.add(c);
+  const std::string csv = render_csv({a, b});
+  const auto first_line = csv.substr(0, csv.find('\n'));
+  EXPECT_EQ(first_line,
+            "module,group,case,status,gpu,bytes,dtype,shape,bandwidth (GB/s),efficiency (%),"
+            "tflops (TFLOP/s),note");
+  EXPECT_NE(csv.find("bandwidth,HBM fp64,triad,ok,0,1073741824,,,4370.5,91,,\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("bandwidth,HBM fp64,dot,skipped,,,,,,,,not supported | here\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("matmul,\"GEMM, bf16\",8192x8192x8192,ok,,,bf16,\"8192,8192\",,,691,"
+                     "\"say \"\"hi\"\"\"\n"),
+            std::string::npos)
+      << csv;
+  int rows = 0;
+  for (char ch : csv) rows += ch == '\n';
+  EXPECT_EQ(rows, 4);  // the header and three cases
 }
 
 TEST(Report, ConsoleAligned) {

@@ -1,4 +1,4 @@
-// Sizes, byte formatting and GPU lists.
+// Sizes, ranges, data type names, byte formatting and GPU lists.
 #include <gtest/gtest.h>
 
 #include "gpubench/core/errors.hpp"
@@ -39,6 +39,44 @@ TEST(ParseSize, Lists) {
   EXPECT_THROW(parse_size_list("1M,,2M"), InputError);
 }
 
+// One range syntax for sizes and counts: start:stop:xF and start:stop:+S (or :S).
+TEST(ParseRange, SizesAndCountsAlike) {
+  EXPECT_EQ(parse_size_list("1M:8M:x2"),
+            (std::vector<std::uint64_t>{1ull << 20, 2ull << 20, 4ull << 20, 8ull << 20}));
+  EXPECT_EQ(parse_size_list("1M:3M:+1M"),
+            (std::vector<std::uint64_t>{1ull << 20, 2ull << 20, 3ull << 20}));
+  EXPECT_EQ(parse_size_list("3K:8K:x2"), (std::vector<std::uint64_t>{3072, 6144}));
+  EXPECT_EQ(parse_counts("128:512:+128", "--seq-lens", 1 << 20),
+            (std::vector<std::int64_t>{128, 256, 384, 512}));
+  EXPECT_EQ(parse_counts("1:1:x2", "--batch-sizes", 8), (std::vector<std::int64_t>{1}));
+  // The largest range of sizes stops before it overflows.
+  EXPECT_EQ(parse_size_list("1G:4T:x4").size(), 7u);
+  for (const char* bad :
+       {"1M:8M", "8M:1M:x2", "1M:8M:x1", "1M:8M:+0", "1M:8M:x", "1M:1G:+1", "1M:8M:y2", "1M::x2"})
+    EXPECT_THROW(parse_size_list(bad), InputError) << bad;
+  try {
+    parse_counts("1:5000:+1", "--seq-lens", 1 << 20);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--seq-lens: '1:5000:+1' gives more than 1024 values");
+  }
+}
+
+TEST(DtypeNames, CanonicalSpellingsAndAliases) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"bf16", "bf16"},         {"BFloat16", "bf16"},
+      {"half", "fp16"},         {"float16", "fp16"},
+      {"float", "fp32"},        {"double", "fp64"},
+      {"fp8", "fp8_e4m3"},      {"fp8e4m3", "fp8_e4m3"},
+      {"f8e4m3", "fp8_e4m3"},   {"e5m2", "fp8_e5m2"},
+      {"fp8_e5m2", "fp8_e5m2"}, {" tf32 ", "tf32"},
+      {"char", "int8"},         {"int", "int32"},
+      {"uint64", "uint64"},     {"float8_e4m3fn", "fp8_e4m3"},
+      {"Mystery", "mystery"},
+  };
+  for (const auto& [text, canonical] : cases) EXPECT_EQ(canonical_dtype(text), canonical) << text;
+}
+
 TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(format_bytes(100), "100 B");
   EXPECT_EQ(format_bytes(1024), "1 KiB");
@@ -62,6 +100,11 @@ TEST(GpuList, AllListsRangesAndErrors) {
   EXPECT_THROW(parse_gpu_list("3-1", 4), InputError);
   EXPECT_THROW(parse_gpu_list("", 4), InputError);
   EXPECT_TRUE(parse_gpu_list("all", 0).empty());
+  // Not known yet (checked before discovery): syntax and repeats only.
+  EXPECT_EQ(parse_gpu_list("7,2-3", -1), (std::vector<int>{7, 2, 3}));
+  EXPECT_TRUE(parse_gpu_list("all", -1).empty());
+  EXPECT_THROW(parse_gpu_list("0,0", -1), InputError);
+  EXPECT_THROW(parse_gpu_list("0-100000", -1), InputError);
 }
 
 TEST(Rates, FromBytesAndSeconds) {

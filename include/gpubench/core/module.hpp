@@ -42,6 +42,9 @@ class Module {
   virtual bool needs_gpu() const { return true; }
   // Does it run one rank per process under mpirun/srun? Others run on rank 0 alone there.
   virtual bool supports_mpi() const { return false; }
+  // Two or three command lines for its --help ("gpubench allreduce -b 8 -e 8G -f 2"); each one
+  // is checked by a test (--dry-run).
+  virtual std::vector<std::string> examples() const { return {}; }
 };
 
 // A module whose options resolve (for a mode: quick or not) into a Settings with to_json():

@@ -14,6 +14,10 @@ std::string render_markdown(const Report& r);
 std::string render_console(const Report& r);
 // Summary of several reports (gpubench all): module, status, headline figures.
 std::string render_summary_markdown(const std::vector<Report>& reports);
+// One CSV row per case of every report: module, group, case, status, each parameter, each
+// metric with its unit in the header ("time (ms)"), note. A case without a column's value
+// leaves it empty.
+std::string render_csv(const std::vector<Report>& reports);
 
 // Checks, before a run, that `path` (given by `option`, e.g. "--json") can be written: an
 // existing regular file or a new one in an existing writable folder (symlinks followed), or a

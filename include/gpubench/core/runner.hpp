@@ -13,6 +13,10 @@ namespace gpubench {
 // ISO 8601 UTC timestamp of now ("2026-11-22T07:31:16Z").
 std::string utc_now();
 
+// The report's "config": the common options with the stopping rule they give, then the
+// module's effective options.
+ojson effective_config(const Module& module, const CommonOptions& common);
+
 // Runs `module` with `common`. Bad input (GPU list, option values found bad at run time)
 // throws InputError; a module that needs a GPU on a machine without one throws NoGpuError.
 // A module that is unsupported here returns a report with status "skipped" and the reason in

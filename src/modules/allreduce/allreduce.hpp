@@ -17,8 +17,9 @@ namespace gpubench::allreduce {
 // Types and reductions
 
 struct DataType {
-  std::string
-      name;  // "int8","uint8","int32","uint32","int64","uint64","fp16","bf16","fp32","fp64","fp8e4m3","fp8e5m2"
+  // "int8", "uint8", "int32", "uint32", "int64", "uint64", "fp16", "bf16", "fp32", "fp64",
+  // "fp8_e4m3", "fp8_e5m2": canonical_dtype's names
+  std::string name;
   ncclDataType_t nccl;
   int bytes;  // element size
   bool floating;

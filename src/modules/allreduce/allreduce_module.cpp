@@ -76,6 +76,12 @@ class AllreduceModule final : public Module {
   }
   bool supports_mpi() const override { return true; }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench allreduce -b 8 -e 8G -f 2",
+            "gpubench allreduce --collective all -d bf16 -b 1M -e 1G",
+            "mpirun -np 4 gpubench allreduce -b 64M -e 8G"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     app.add_option("--collective", opts_.collective,
@@ -83,8 +89,8 @@ class AllreduceModule final : public Module {
                    "(a list) or all")
         ->capture_default_str();
     app.add_option("-d,--type", opts_.type,
-                   "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8e4m3, "
-                   "fp8e5m2 (a list) or all")
+                   "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8_e4m3, "
+                   "fp8_e5m2 (a list, nccl-tests' names too) or all")
         ->capture_default_str();
     app.add_option("-o,--op", opts_.op, "sum, prod, min, max, avg (a list) or all")
         ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/nccl_compat.hpp"
+#include "gpubench/core/units.hpp"
 
 namespace gpubench::allreduce {
 
@@ -66,8 +67,8 @@ const std::vector<DataType>& all_types() {
     // fp8 needs NCCL 2.24 in both the headers and the loaded library (as nccl-tests checks).
 #if GPB_NCCL_HAS_FP8
     if (runtime_nccl_version() >= GPB_NCCL_FP8_MIN_VERSION) {
-      t.push_back({"fp8e4m3", ncclFloat8e4m3, 1, true});
-      t.push_back({"fp8e5m2", ncclFloat8e5m2, 1, true});
+      t.push_back({"fp8_e4m3", ncclFloat8e4m3, 1, true});
+      t.push_back({"fp8_e5m2", ncclFloat8e5m2, 1, true});
     }
 #endif
     return t;
@@ -76,18 +77,11 @@ const std::vector<DataType>& all_types() {
 }
 
 const DataType& parse_type(const std::string& name) {
-  // nccl-tests' names (-d half, float, ...) are accepted too.
-  static const std::pair<const char*, const char*> kAliases[] = {
-      {"half", "fp16"},      {"float16", "fp16"}, {"float", "fp32"},    {"float32", "fp32"},
-      {"double", "fp64"},    {"float64", "fp64"}, {"bfloat16", "bf16"}, {"f8e4m3", "fp8e4m3"},
-      {"f8e5m2", "fp8e5m2"}, {"char", "int8"},    {"int", "int32"},
-  };
-  std::string key = lowercase(trim(name));
-  for (const auto& [alias, canonical] : kAliases)
-    if (key == alias) key = canonical;
+  // nccl-tests' names (-d half, float, bfloat16, f8e4m3, ...) are among the aliases.
+  const std::string key = canonical_dtype(name);
   for (const DataType& t : all_types())
     if (t.name == key) return t;
-  if (key == "fp8e4m3" || key == "fp8e5m2")
+  if (key == "fp8_e4m3" || key == "fp8_e5m2")
     throw InputError(
         fmt::format("--type: '{}' needs NCCL 2.24 or later (built with {}.{}.{}, running {})", name,
                     NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, nccl_library_version()));

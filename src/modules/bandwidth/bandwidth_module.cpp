@@ -22,6 +22,12 @@ class BandwidthModule final : public Module {
     return "HBM, host<->device, GPU<->GPU bandwidth and latency, verified";
   }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench bandwidth --gpus 0,1",
+            "gpubench bandwidth --tests hbm,p2p --sweep-sizes 1M:2G:x4",
+            "gpubench bandwidth --quick --json -"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = bandwidth::Options{};  // a fresh parse starts from the defaults
     effective_.reset();

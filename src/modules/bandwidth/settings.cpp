@@ -53,7 +53,8 @@ std::vector<Part> parse_parts(const std::string& text) {
 
 std::vector<std::string> parse_dtypes(const std::string& text) {
   bool fp32 = false, fp64 = false;
-  for (const std::string& item : split_option("--hbm-dtypes", text)) {
+  for (const std::string& text_item : split_option("--hbm-dtypes", text)) {
+    const std::string item = canonical_dtype(text_item);
     if (item == "fp32")
       fp32 = true;
     else if (item == "fp64")

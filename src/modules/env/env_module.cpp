@@ -223,6 +223,10 @@ class EnvModule final : public Module {
   }
   bool needs_gpu() const override { return false; }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench env", "gpubench env --no-warm --json -"};
+  }
+
   void add_options(CLI::App& app) override {
     app.add_flag("--no-warm", no_warm_,
                  "Read PCIe links as they are (idle links show Gen1) instead of after a short "

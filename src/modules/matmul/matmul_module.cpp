@@ -68,6 +68,12 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
     return "cuBLASLt GEMM TFLOP/s and MFU per dtype and shape, verified; achievable-peak search";
   }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench matmul --dtypes bf16,fp8_e4m3",
+            "gpubench matmul --sizes 1024:16384:x2 --layout tn",
+            "gpubench matmul --model llama-3-8b --tokens 4096"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     effective_.reset();

@@ -92,16 +92,7 @@ std::vector<std::int64_t> parse_dims(const std::string& text, const std::string&
   std::vector<std::int64_t> out;
   const std::string t = trim(text);
   if (t.find(':') != std::string::npos) {
-    const auto parts = split_list(t, ':');
-    if (parts.size() != 3)
-      throw InputError(fmt::format("{}: '{}' is not start:stop:step", option, text));
-    const std::int64_t start = parse_dim(parts[0], option), stop = parse_dim(parts[1], option),
-                       step = parse_dim(parts[2], option);
-    if (stop < start)
-      throw InputError(fmt::format("{}: stop {} is below start {}", option, stop, start));
-    if ((stop - start) / step >= 4096)
-      throw InputError(fmt::format("{}: '{}' gives more than 4096 sizes", option, text));
-    for (std::int64_t v = start; v <= stop; v += step) out.push_back(v);
+    out = parse_range(t, option, 4096, [&](const std::string& v) { return parse_dim(v, option); });
   } else {
     try {
       for (const auto& item : split_list(t)) out.push_back(parse_dim(item, option));

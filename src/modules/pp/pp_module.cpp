@@ -31,6 +31,12 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     return "Pipeline-parallel transformer: bubbles, schedules, layouts";
   }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench pp --layouts all",
+            "gpubench pp --schedule gpipe,1f1b,interleaved --microbatches 4:16:x2",
+            "gpubench pp --workload inference --pp 2"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     effective_.reset();
@@ -102,21 +108,28 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       degrees.insert(degrees.begin(), 1);  // one GPU: what speed-ups are against
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
-    // Between pieces of work every process asks the same question and gets the same answer.
-    auto stopping = [&] { return world ? world->stop_requested() : Context::interrupted(); };
+    // Between pieces of work every process asks the same question and gets the same answer
+    // (under a watchdog: every process is there, so the answer is quick unless one is stuck).
+    auto stopping = [&] {
+      if (!world) return Context::interrupted();
+      const auto watchdog = ctx.watchdog("pp", s.timeout_s);
+      return world->stop_requested();
+    };
     done.report.extra["process_model"] =
         proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
                  : std::string("one process, a thread per GPU");
     // A stage blocked inside the driver, NCCL or MPI (a GPU waiting on another that never
-    // comes) cannot be reached by an exception: each piece of work runs under a watchdog (its
-    // ranks only: a process outside it waits at a barrier for as long as it runs), which ends
-    // a stuck run with the report of the pieces before, published after each.
+    // comes) cannot be reached by an exception: each piece of work runs under a watchdog on its
+    // ranks, from the split that makes their group to the barrier where the processes outside
+    // it wait (without one: the piece may take long); it ends a stuck run with the report of
+    // the pieces before, published after each.
     ctx.publish(done.report);
     const auto watched = [&](int ranks, const char* option, const auto& body) {
-      if (auto group = leading_ranks(ctx, ranks, option)) {
-        const auto watchdog = ctx.watchdog("pp", s.timeout_s);
+      auto watchdog = ctx.watchdog("pp", s.timeout_s);
+      if (auto group = leading_ranks(ctx, ranks, option))
         body(*group);
-      }
+      else
+        watchdog.reset();
       if (world) world->barrier();  // the processes outside this piece wait here
       ctx.publish(assemble(s, done));
     };

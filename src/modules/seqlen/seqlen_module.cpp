@@ -30,6 +30,12 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
     return "LLM prefill/decode latency against sequence length and batch";
   }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench seqlen --model llama-3-8b",
+            "gpubench seqlen --seq-lens 128:2048:x2 --batch-sizes 1,8 --output-lens 128",
+            "gpubench seqlen --quick --attention cudnn"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     effective_.reset();

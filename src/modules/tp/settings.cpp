@@ -29,9 +29,10 @@ std::int64_t parse_int(const std::string& text, const std::string& option) {
   return std::stoll(t);
 }
 
-// "a,b,c" -> ascending unique values, each in [1, max].
+// "a,b,c" or a range ("a:b:xF", "a:b:+S") -> ascending unique values, each in [1, max].
 std::vector<std::int64_t> parse_counts(const std::string& text, const std::string& option,
                                        std::int64_t max) {
+  if (text.find(':') != std::string::npos) return gpubench::parse_counts(text, option, max);
   std::vector<std::int64_t> out;
   for (const auto& item : split_list(trim(text))) {
     const std::int64_t v = parse_int(item, option);

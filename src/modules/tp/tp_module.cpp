@@ -33,6 +33,11 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     return "Tensor-parallel transformer: speed-up, efficiency, communication";
   }
 
+  std::vector<std::string> examples() const override {
+    return {"gpubench tp --tp 1,2,4", "gpubench tp --micro column,row --micro-tokens 1,128,4096",
+            "mpirun -np 2 gpubench tp --seq-lens 4096"};
+  }
+
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     effective_.reset();
@@ -114,8 +119,13 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     // a degree wait for it at a barrier of all processes.
     std::unique_ptr<RankGroup> world;
     if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
-    // Between degrees every process asks the same question and gets the same answer.
-    auto stopping = [&] { return world ? world->stop_requested() : Context::interrupted(); };
+    // Between degrees every process asks the same question and gets the same answer (under a
+    // watchdog: every process is there, so the answer is quick unless one is stuck).
+    auto stopping = [&] {
+      if (!world) return Context::interrupted();
+      const auto watchdog = ctx.watchdog("tp", s.timeout_s);
+      return world->stop_requested();
+    };
     // GPUs of this process without peer access: NCCL still runs (through host memory or
     // whatever transport it finds), but slower than the links suggest.
     const std::vector<int>& gpus = ctx.gpus();
@@ -129,15 +139,16 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     report.extra["process_model"] = proc.mpi
                                         ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
-    // Each degree runs under a watchdog (its ranks only: a process outside it waits at a
-    // barrier for as long as it runs); the report of the degrees before is published for a run
-    // that stalls.
+    // Each degree runs under a watchdog on its ranks, from the split that makes their group to
+    // the barrier where the processes outside it wait (without one: the degree may take long);
+    // the report of the degrees before is published for a run that stalls.
     ctx.publish(report);
     const auto watched = [&](int t, const auto& body) {
-      if (auto group = leading_ranks(ctx, t, "--tp")) {
-        const auto watchdog = ctx.watchdog(fmt::format("tp {}", t), s.timeout_s);
+      auto watchdog = ctx.watchdog(fmt::format("tp {}", t), s.timeout_s);
+      if (auto group = leading_ranks(ctx, t, "--tp"))
         body(*group);
-      }
+      else
+        watchdog.reset();
       if (world) world->barrier();  // the processes outside this degree wait here
     };
     if (!s.micro.empty()) {

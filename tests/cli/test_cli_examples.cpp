@@ -1,0 +1,127 @@
+// Every command a user is shown works: each subcommand's --help examples and every gpubench
+// command in README.md are run with --dry-run (input checked, configuration printed, no GPU
+// touched) and must be accepted. --help lists a subcommand's own options before the common ones.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_run.hpp"
+
+using namespace gpubench::cli_test;
+
+namespace {
+
+const char* const kSubcommands[] = {"env",    "bandwidth", "allreduce", "matmul",
+                                    "seqlen", "tp",        "pp"};
+
+// "mpirun -np 4 gpubench allreduce -b 64M" -> "allreduce -b 64M"; "" when not a gpubench command.
+std::string gpubench_args(std::string line) {
+  const std::regex launcher(R"(^\s*(mpirun|srun)(\s+-\S+(\s+\d+)?)*\s+)");
+  line = std::regex_replace(line, launcher, "");
+  const std::regex head(R"(^\s*(\S*/)?gpubench\s+)");
+  std::smatch m;
+  if (!std::regex_search(line, m, head)) return "";
+  return m.suffix().str();
+}
+
+// Runs `args` from the source tree (config paths are relative to it) with --dry-run.
+Outcome dry(const std::string& args) {
+  return run(args + " --dry-run", "cd " + source_dir() + " &&");
+}
+
+std::vector<std::string> examples_of(const std::string& sub) {
+  const Outcome o = run(sub + " --help");
+  std::vector<std::string> out;
+  std::istringstream in(o.out);
+  std::string line;
+  bool in_examples = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Examples:", 0) == 0) {
+      in_examples = true;
+      continue;
+    }
+    if (in_examples && !line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(CliExamples, HelpShowsOwnOptionsFirstAndExamples) {
+  for (const char* sub : kSubcommands) {
+    SCOPED_TRACE(sub);
+    const Outcome o = run(std::string(sub) + " --help");
+    EXPECT_EQ(o.code, 0);
+    const auto common = o.out.find("Common options");
+    ASSERT_NE(common, std::string::npos) << o.out;
+    EXPECT_LT(o.out.find("--"), common) << "its own options come first";
+    EXPECT_GT(o.out.find("--gpus"), common);
+    EXPECT_GE(examples_of(sub).size(), 2u) << o.out;
+  }
+}
+
+TEST(CliExamples, EveryHelpExampleIsAccepted) {
+  for (const char* sub : kSubcommands)
+    for (const std::string& e : examples_of(sub)) {
+      const std::string args = gpubench_args(e);
+      ASSERT_FALSE(args.empty()) << e;
+      const Outcome o = dry(args);
+      EXPECT_EQ(o.code, 0) << e << "\n" << o.err;
+      EXPECT_NE(o.out.find("\"config\""), std::string::npos) << e;
+    }
+}
+
+TEST(CliExamples, EveryReadmeCommandIsAccepted) {
+  const std::string readme = slurp(std::filesystem::path(source_dir()) / "README.md");
+  ASSERT_FALSE(readme.empty());
+  std::set<std::string> commands;
+  // `gpubench ...` in the text and tables, and whole lines inside ``` blocks.
+  const std::regex inline_code(R"(`((?:\S*/)?gpubench [^`]+)`)");
+  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), inline_code);
+       it != std::sregex_iterator(); ++it)
+    commands.insert((*it)[1].str());
+  std::istringstream in(readme);
+  std::string line;
+  bool block = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) {
+      block = !block;
+      continue;
+    }
+    if (block && !gpubench_args(line).empty()) commands.insert(line);
+  }
+  int checked = 0;
+  for (const std::string& c : commands) {
+    std::string args = gpubench_args(c);
+    // Placeholders (FILE, <subcommand>, RUN_DIR) and what is not a subcommand run are not
+    // commands to run; --version and list run as they are.
+    if (args.find('<') != std::string::npos || std::regex_search(args, std::regex("[A-Z]{4,}")))
+      continue;
+    const std::string first = args.substr(0, args.find(' '));
+    if (first == "list" || first == "--version") {
+      EXPECT_EQ(run(args).code, 0) << c;
+      continue;
+    }
+    if (first.rfind("-", 0) == 0) continue;
+    const Outcome o = dry(args);
+    EXPECT_EQ(o.code, 0) << c << "\n" << o.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10) << "the README's examples were not found";
+}
+
+TEST(CliExamples, DryRunTouchesNothingAndRefusesBadInput) {
+  const auto dir = scratch() / "dry_run_dir";
+  const Outcome o = run("bandwidth --dry-run --output-dir " + dir.string());
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_NE(o.out.find("\"hbm_dtypes\""), std::string::npos) << o.out;
+  expect_bad_input(run("matmul --dtypes bf17 --dry-run"), "bf17");
+  const Outcome all = run("all --config config/quick.ini --dry-run", "cd " + source_dir() + " &&");
+  EXPECT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find("\"module\": \"pp\""), std::string::npos);
+}
