@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs gpubench's build dependencies (apt, as root) and checks the CUDA toolkit and NCCL.
 #
-# Usage: scripts/install_deps.sh [--check]
+# Usage: scripts/install_deps.sh [--check] [--run]
 #   --check   only report what is missing; never install.
+#   --run     only what building and running the binary needs (quick_start.sh): GoogleTest and
+#             MPI are used when present (the tests; mpirun/srun runs) but not installed.
 # Skips apt entirely when everything is present. matplotlib (for the charts) is optional: it is
 # installed when root, only noted otherwise. GPUBENCH_SKIP_DEPS=1 skips every check (for
 # machines where the libraries live where this script does not look).
@@ -14,18 +16,21 @@ readonly MIN_CUDA=12.0
 readonly APT_LOG="${TMPDIR:-/tmp}/gpubench-install-deps.log"
 
 check_only=0
-case "${1:-}" in
-  "") ;;
-  --check) check_only=1 ;;
-  -h | --help)
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
-    exit 0
-    ;;
-  *)
-    echo "install_deps: unknown argument '$1' (try --help)" >&2
-    exit 2
-    ;;
-esac
+run_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=1 ;;
+    --run) run_only=1 ;;
+    -h | --help)
+      sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "install_deps: unknown argument '$arg' (try --help)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 say() { echo "install_deps: $*"; }
 
@@ -110,9 +115,11 @@ check_packages() {
   need nlohmann-json3-dev "nlohmann/json (nlohmann/json.hpp)" have_header nlohmann/json.hpp
   need libspdlog-dev "spdlog (spdlog/spdlog.h)" have_header spdlog/spdlog.h
   need libfmt-dev "fmt (fmt/format.h)" have_header fmt/format.h
-  need libgtest-dev "GoogleTest (gtest/gtest.h)" have_header gtest/gtest.h
-  need libopenmpi-dev "MPI compiler wrapper (mpicxx)" have_cmd mpicxx
-  need openmpi-bin "mpirun" have_cmd mpirun
+  if ((!run_only)); then
+    need libgtest-dev "GoogleTest (gtest/gtest.h)" have_header gtest/gtest.h
+    need libopenmpi-dev "MPI compiler wrapper (mpicxx)" have_cmd mpicxx
+    need openmpi-bin "mpirun" have_cmd mpirun
+  fi
   need python3 "python3" have_cmd python3
   want python3-matplotlib "matplotlib for python3 (charts)" have_matplotlib
 }

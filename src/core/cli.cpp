@@ -88,6 +88,15 @@ namespace {
 
 constexpr const char* kCommonSection = "common";
 
+// MPI starts only where a run needs it: a subcommand with a process-per-GPU form on a machine
+// with GPUs, under mpirun/srun. Otherwise every process ends on its own (bad input, no GPU, a
+// subcommand rank 0 runs alone), so a launcher without MPI support (srun without --mpi) still
+// ends each rank with its exit code and message.
+std::unique_ptr<MpiSession>* g_session = nullptr;
+void start_mpi() {
+  if (g_session && !*g_session) *g_session = std::make_unique<MpiSession>();
+}
+
 // Bad input that one MPI rank may meet alone (it depends on its node): printed by that rank.
 struct RankInputError : InputError {
   using InputError::InputError;
@@ -360,9 +369,9 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   const CommonOptions c = parse_module(m, cli_args, config.empty() ? nullptr : &ini);
   // Under mpirun/srun every process parses the same arguments; rank 0 writes and prints, and a
   // module without a process-per-GPU form runs on rank 0 alone.
-  const ProcessInfo& proc = process_info();
-  const bool lead = proc.rank == 0;
-  if (proc.mpi && !m.supports_mpi() && !lead) return kExitOk;
+  const ProcessInfo launch = detect_launch();
+  const bool lead = launch.rank == 0;
+  if (launch.size > 1 && !m.supports_mpi() && !lead) return kExitOk;
   setup_logging(lead ? c.log_level : std::string("warn"));
   check_input(m, c);
   if (c.dry_run) {
@@ -373,6 +382,8 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   if (lead) check_outputs(c);
   Output out(c, make_run_id());
   const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
+  if (launch.size > 1 && m.supports_mpi() && !sys.gpus.empty()) start_mpi();
+  const ProcessInfo& proc = process_info();
   // A stalled run: rank 0 writes what finished, then the job ends (see Context::watchdog).
   const auto on_stall = [&](Report& stalled) {
     if (!lead) return wait_for_lead();
@@ -473,8 +484,8 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
     plan.emplace_back(m.get(), c);
   }
   const CommonOptions& first = plan.front().second;
-  const ProcessInfo& proc = process_info();
-  const bool lead = proc.rank == 0;
+  const ProcessInfo launch = detect_launch();
+  const bool lead = launch.rank == 0;
   if (first.dry_run) {
     ojson all = ojson::array();
     for (auto& [m, c] : plan)
@@ -486,6 +497,8 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   if (lead) check_outputs(first);
   Output out(first, make_run_id());
   const System sys = System::discover(true);
+  if (launch.size > 1 && !sys.gpus.empty()) start_mpi();
+  const ProcessInfo& proc = process_info();
   std::vector<Report> reports;
   bool no_gpu = false;
   // A stalled module: rank 0 writes it and the summary of the modules before it.
@@ -498,7 +511,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   };
   for (auto& [m, c] : plan) {
     if (any_process(Context::interrupted())) break;  // every process stops at the same module
-    if (proc.mpi && !m->supports_mpi() && !lead) continue;
+    if (launch.size > 1 && !m->supports_mpi() && !lead) continue;
     spdlog::info("running {}", m->name());
     Report r = run_in_all(*m, c, sys, out.run_id(), command, on_stall, no_gpu);
     // Under MPI the processes agree on the outcome before the next module: a failure on any
@@ -526,21 +539,23 @@ namespace {
 // Prints the error once per job (rank 0; every rank for errors only it may have hit) and, under
 // MPI, ends every process so none waits forever on a rank that stopped.
 int fail(int code, const char* what, bool same_on_every_rank) {
-  const ProcessInfo& p = process_info();
-  if (!p.mpi) {
+  const ProcessInfo launch = detect_launch();
+  if (launch.size <= 1) {
     std::fprintf(stderr, "gpubench: error: %s\n", what);
     return code;
   }
-  if (p.rank == 0 || !same_on_every_rank)
-    std::fprintf(stderr, "gpubench: error: [rank %d] %s\n", p.rank, what);
+  if (launch.rank == 0 || !same_on_every_rank)
+    std::fprintf(stderr, "gpubench: error: [rank %d] %s\n", launch.rank, what);
   std::fflush(stderr);
+  if (!process_info().mpi) return code;  // MPI not started: every process ends on its own
   abort_job(code);
 }
 }  // namespace
 
 int run_cli(int argc, char** argv) {
   std::vector<std::string> command(argv, argv + argc);
-  std::unique_ptr<MpiSession> mpi;
+  std::unique_ptr<MpiSession> mpi;  // finalised when run_cli returns
+  g_session = &mpi;
   // pp (alone or in all) before any CUDA context (MPI_Init may make one): up to 32 hardware work
   // queues per GPU instead of the driver's 8, unless the user set it, so that a stream waiting on
   // a flag in GPU memory (pp's copy-engine transfers) does not share a queue with, and hold up,
@@ -550,7 +565,6 @@ int run_cli(int argc, char** argv) {
   try {
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    mpi = std::make_unique<MpiSession>();  // MPI_Init when started by mpirun/srun
     auto modules = make_modules();
     CLI::App app{
         "gpubench: what a GPU server really delivers for LLM work, and which parallel layout to "
@@ -634,7 +648,7 @@ int run_cli(int argc, char** argv) {
   } catch (const InputError& e) {
     return fail(kExitBadInput, e.what(), true);
   } catch (const NoGpuError& e) {
-    return fail(kExitNoGpu, e.what(), true);
+    return fail(kExitNoGpu, e.what(), false);  // a node's own finding: each rank says it
   } catch (const WriteError& e) {
     return fail(kExitNotWritten, e.what(), false);
   } catch (const std::exception& e) {

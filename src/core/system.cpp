@@ -2,6 +2,7 @@
 // The GPUs are probed in parallel (a context each, an optional PCIe warm-up copy) so that
 // `gpubench env` stays fast on many GPUs.
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/cudnn_attention.hpp"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -310,6 +311,10 @@ System System::discover(bool warm_pcie) {
   s.environment = relevant_environment(environ);
   s.nccl_version = nccl_version_string();
   s.cublas_version = cublas_version_string();
+  if (CudnnAttention::library_available())
+    s.cudnn_version = CudnnAttention::library_status().substr(std::string("cuDNN ").size());
+  else
+    s.cudnn_error = CudnnAttention::library_status();
   s.mpi_version = mpi_version_string();
   int v = 0;
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) s.cuda_runtime_version = cuda_version_string(v);

@@ -120,6 +120,8 @@ nlohmann::ordered_json System::to_json() const {
   j["cuda_runtime"] = text_or_null(cuda_runtime_version);
   j["nccl"] = text_or_null(nccl_version);
   j["cublas"] = text_or_null(cublas_version);
+  j["cudnn"] = text_or_null(cudnn_version);
+  if (!cudnn_error.empty()) j["cudnn_error"] = cudnn_error;
   j["mpi"] = text_or_null(mpi_version);
   j["nvml"] = {{"available", nvml_available}, {"error", text_or_null(nvml_error)}};
   j["no_gpu_reason"] = text_or_null(no_gpu_reason);

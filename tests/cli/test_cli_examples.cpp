@@ -20,6 +20,7 @@ const char* const kSubcommands[] = {"env",    "bandwidth", "allreduce", "matmul"
 
 // "mpirun -np 4 gpubench allreduce -b 64M" -> "allreduce -b 64M"; "" when not a gpubench command.
 std::string gpubench_args(std::string line) {
+  line = std::regex_replace(line, std::regex(R"(\s+#.*$)"), "");  // a shell comment
   const std::regex launcher(R"(^\s*(mpirun|srun)(\s+-\S+(\s+\d+)?)*\s+)");
   line = std::regex_replace(line, launcher, "");
   const std::regex head(R"(^\s*(\S*/)?gpubench\s+)");

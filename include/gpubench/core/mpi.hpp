@@ -18,7 +18,9 @@ struct ProcessInfo {
 ProcessInfo detect_launch();
 
 // Initialises MPI when detect_launch() says several processes were started (and the build has
-// MPI; otherwise throws InputError saying so), finalises it on destruction. One per process.
+// MPI; otherwise throws InputError saying so), finalises it on destruction. One per process, made
+// by the harness only where a run needs MPI (cli.cpp: a process-per-GPU subcommand on a machine
+// with GPUs), so every other run ends each process on its own.
 class MpiSession {
  public:
   MpiSession();
@@ -32,7 +34,8 @@ class MpiSession {
   bool initialised_ = false;
 };
 
-// The current process model (one process unless an MpiSession set it up).
+// The current process model (one process unless an MpiSession set it up; detect_launch() says
+// how many were started before that).
 const ProcessInfo& process_info();
 
 // The ranks a run can have: the MPI processes under mpirun/srun, else the selected GPUs.

@@ -64,6 +64,7 @@ struct System {
   std::string cuda_runtime_version;
   std::string nccl_version;  // loaded library's version
   std::string cublas_version;
+  std::string cudnn_version, cudnn_error;  // "9.19.0" (prefill attention), or why it is not usable
   std::string mpi_version;  // "" when built without MPI
   bool nvml_available = false;
   std::string nvml_error;     // why not, when unavailable

@@ -47,6 +47,7 @@ void add_software(Report& r, const System& s) {
       {"CUDA runtime", s.cuda_runtime_version},
       {"NCCL", s.nccl_version},
       {"cuBLAS", s.cublas_version},
+      {"cuDNN", s.cudnn_version.empty() ? "n/a (" + s.cudnn_error + ")" : s.cudnn_version},
       {"MPI", s.mpi_version},
   };
   for (const auto& [name, version] : components) {

@@ -111,6 +111,7 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
 
   o.check_error = check_decode_after_prefill(t, batch, length, gpu, st);
   o.attention_path = t.attention_path();
+  o.attention_why = t.attention_note();
   if (!(o.check_error <= kCheckLimit)) {
     o.status = "failed";
     o.note = fmt::format(

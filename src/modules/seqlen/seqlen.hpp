@@ -95,6 +95,7 @@ struct PointOutcome {
   model::MemoryPlan plan;                      // the cost model's plan for the point
   double check_error = 0;                      // decode-after-prefill vs prefill, relative L2
   std::string attention_path;                  // which prefill attention ran
+  std::string attention_why;                   // why not cuDNN, when it did not run
 };
 
 // Runs one point on `gpu`: memory check (skipped with the reason when it cannot fit), engine

@@ -195,6 +195,8 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
       return;
     }
     r.params["attention_path"] = o.attention_path;
+    if (o.attention_path != "cudnn" && !o.attention_why.empty())
+      r.params["attention_why"] = o.attention_why;
     const auto pc = model::model_cost(m, model::Phase::Prefill, o.batch, o.length, 0, elem);
     const auto dc = model::model_cost(m, model::Phase::Decode, o.batch, 1, o.length, elem);
     const double pre = o.prefill.median_s(), dec = o.decode.median_s();

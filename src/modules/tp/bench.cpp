@@ -220,7 +220,10 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
           }
         };
         check(&o.check_error, "");
-        if (prefill) o.attention_path = engine.attention_path();
+        if (prefill) {
+          o.attention_path = engine.attention_path();
+          o.attention_why = engine.attention_note();
+        }
         // Timed: the step (the slowest rank per iteration); a decode step from a CUDA graph.
         Launch launch;
         if (prefill) {

@@ -410,6 +410,7 @@ struct Outcome {
   std::string collectives = "nccl";        // what the step's large collectives ran over
   std::string small_collectives = "nccl";  // what its small all-reduces ran over
   std::string attention_path;              // prefill: rank 0's attention kernel ("cudnn" or "own")
+  std::string attention_why;               // why not cuDNN, when it did not run
 };
 
 // The logits each point is checked against: TP=1's, or where TP=1 did not run the point (a model

@@ -235,6 +235,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
         o.allreduce_bytes <= static_cast<double>(OneShotTpCollectives::kMaxBytes))
       r.params["small_collectives"] = o.small_collectives;
     if (!o.attention_path.empty()) r.params["attention_path"] = o.attention_path;
+    if (o.attention_path == "own" && !o.attention_why.empty())
+      r.params["attention_why"] = o.attention_why;
     r.status = o.status;
     r.note = o.note;
     if (o.status != "ok" && o.status != "unchecked") {  // unchecked: timed, shown, not headlined
