@@ -72,7 +72,8 @@ void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
       ->capture_default_str();
   app.add_option("--output-dir", c.output_dir,
                  "Report folder (default results/test_YYYYMMDD_HHMMSS)");
-  app.add_option("--json", c.json, "Also write the JSON report to FILE ('-' = stdout only)");
+  app.add_option("--json,-J,--output_file", c.json,
+                 "Also write the JSON report to FILE ('-' = stdout only)");
   app.add_option("--csv", c.csv,
                  "Also write one CSV row per case to FILE, units in the header ('-' = stdout "
                  "only)");

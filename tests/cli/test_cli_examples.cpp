@@ -126,3 +126,44 @@ TEST(CliExamples, DryRunTouchesNothingAndRefusesBadInput) {
   EXPECT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("\"module\": \"pp\""), std::string::npos);
 }
+
+// nccl-tests' own examples and flags, as its users type them: each accepted with its meaning,
+// or refused by name when gpubench does not do it (never taken with another meaning).
+TEST(CliExamples, NcclTestsFlags) {
+  const char* const accepted[] = {
+      "-b 8 -e 128M -f 2 -g 8",  // nccl-tests README, one node
+      "-b 8 -e 8G -f 2 -g 1",    // nccl-tests README, under mpirun -np 64 -N 8
+      "-b 8 -e 128M -f 2 -t 2 -g 2",
+      "-n 20 -w 5",
+      "-m 4",
+      "-T 30",
+      "-J out.json",
+      "-G 10",
+      "-z 1",
+      "-z 2",
+      "-z 3",
+      "-a 3",
+      "-c 0",
+      "-p 1 -I 1 -K 2 -N 1 -y 0 -C 0 -S 0 -R 0 -M 0 -u 0 -D 0 -V 16",
+      "-d bfloat16 -o max -r 1",
+      "--minbytes 1K --maxbytes 1M --stepfactor 4 --datatype half --agg_iters 2 --warmup_iters 1",
+      "--nthreads 1 --ngpus 2 --blocking 2 --cudagraph 0 --average 3 --output_file out.json",
+  };
+  for (const char* args : accepted) {
+    const Outcome o = run(std::string("allreduce ") + args + " --dry-run");
+    EXPECT_EQ(o.code, 0) << args << "\n" << o.err;
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"-a 1", "-a 1: reporting another rank's time"},
+      {"-R 2", "-R 2: buffer registration"},
+      {"-N 0", "-N 0: repeating the sweep"},
+      {"-D 1", "do not apply"},
+      {"-y 1", "NULL stream"},
+      {"-u 1", "misaligned"},
+      {"-z 4", "-z 4: not one of 0, 1, 2, 3"},
+      {"-G 5 -z 1", "exclude each other"},
+      {"-g 0", "-t and -g must be at least 1"},
+  };
+  for (const auto& [args, why] : refused)
+    expect_bad_input(run(std::string("allreduce ") + args + " --dry-run"), why);
+}

@@ -88,11 +88,46 @@ TEST(AllreduceSettings, DefaultsAndChecks) {
   o.step_factor = 3;
   EXPECT_THROW(resolve_settings(o, false), InputError);
   o = Options{};
-  o.cuda_graph = o.blocking = true;
+  o.cuda_graph = true;
+  o.blocking_mode = 2;
   EXPECT_THROW(resolve_settings(o, false), InputError);
   o = Options{};
   o.split = 0;
   EXPECT_THROW(resolve_settings(o, false), InputError);
+}
+
+// nccl-tests' flags: mapped onto gpubench's meaning, a note where they change nothing.
+TEST(AllreduceSettings, NcclTestsFlagsMapped) {
+  Options o;
+  o.nthreads = 2;
+  o.ngpus = 2;
+  o.iters = 20;
+  o.warmup_iters = 5;
+  o.per_iter_skip = 2;
+  o.blocking_mode = 1;
+  Settings s = resolve_settings(o, false);
+  EXPECT_EQ(s.gpus_per_process, 4);
+  EXPECT_EQ(s.iters, 20);
+  EXPECT_EQ(s.warmup, 7);  // -w 5 and the 2 samples -K leaves out
+  EXPECT_TRUE(s.blocking);
+  EXPECT_TRUE(s.barrier_each_op);
+  EXPECT_TRUE(s.notes.empty());
+  o = Options{};
+  o.cudagraph = 10;
+  o.parallel_init = 1;
+  o.per_iter_timing = 1;
+  o.average = 3;
+  o.blocking_mode = 3;
+  s = resolve_settings(o, false);
+  EXPECT_TRUE(s.cuda_graph);
+  EXPECT_FALSE(s.blocking);
+  EXPECT_EQ(s.notes.size(), 4u);  // -G N, -p, -z 3, -I: what they mean here
+  o = Options{};
+  o.blocking_mode = 2;
+  s = resolve_settings(o, false);
+  EXPECT_TRUE(s.blocking);
+  EXPECT_FALSE(s.barrier_each_op);
+  EXPECT_EQ(resolve_settings(Options{}, false).gpus_per_process, 0);
 }
 
 TEST(AllreduceSettings, OpsPerIteration) {

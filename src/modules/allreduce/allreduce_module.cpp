@@ -88,7 +88,7 @@ class AllreduceModule final : public Module {
                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv "
                    "(a list) or all")
         ->capture_default_str();
-    app.add_option("-d,--type", opts_.type,
+    app.add_option("-d,--type,--datatype", opts_.type,
                    "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8_e4m3, "
                    "fp8_e5m2 (a list, nccl-tests' names too) or all")
         ->capture_default_str();
@@ -96,29 +96,58 @@ class AllreduceModule final : public Module {
         ->capture_default_str();
     app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")
         ->capture_default_str();
-    app.add_option("-b,--min-bytes", opts_.min_bytes, "Smallest message (default 8)");
-    app.add_option("-e,--max-bytes", opts_.max_bytes,
+    app.add_option("-b,--min-bytes,--minbytes", opts_.min_bytes, "Smallest message (default 8)");
+    app.add_option("-e,--max-bytes,--maxbytes", opts_.max_bytes,
                    "Largest message (default 8G; 256M with --quick)");
-    app.add_option("-f,--step-factor", opts_.step_factor,
+    app.add_option("-f,--step-factor,--stepfactor", opts_.step_factor,
                    "Multiply the size by this (default 2; 4 with --quick)");
-    app.add_option("-i,--step-bytes", opts_.step_bytes,
+    app.add_option("-i,--step-bytes,--stepbytes", opts_.step_bytes,
                    "Add this to the size instead of multiplying");
-    app.add_option("-a,--agg-iters", opts_.agg_iters,
+    app.add_option("-m,--agg-iters,--agg_iters", opts_.agg_iters,
                    "Ops per timed iteration (0: 20 below 1 MiB, down to 4 from 16 MiB)")
         ->capture_default_str();
     app.add_option("--place", opts_.place, "both, out (out-of-place only), in (in-place only)")
         ->capture_default_str();
     app.add_option("-c,--check", opts_.check, "Verified runs per size (0: none)")
         ->capture_default_str();
-    app.add_flag("-G,--cuda-graph", opts_.cuda_graph,
-                 "Capture each iteration's ops in a CUDA graph");
-    app.add_flag("-z,--blocking", opts_.blocking, "Wait for each op to finish before the next");
+    app.add_flag("--cuda-graph", opts_.cuda_graph, "Capture each iteration's ops in a CUDA graph");
     app.add_option("--split", opts_.split, "Run this many groups of GPUs at once")
         ->capture_default_str();
-    app.add_option("--timeout", opts_.timeout, "Seconds before a hung collective is aborted")
+    app.add_option("-T,--timeout", opts_.timeout, "Seconds before a hung collective is aborted")
         ->capture_default_str();
+    add_nccl_tests_options(app);
     app.add_flag("--allow-shared-gpus", opts_.allow_shared_gpus,
                  "Under MPI, allow more processes than GPUs on a node");
+  }
+
+  // nccl-tests' flags under their names, with their meaning (resolve_settings maps, notes or
+  // refuses each).
+  void add_nccl_tests_options(CLI::App& app) {
+    const auto flag = [&](const char* names, int& field, const char* help) {
+      app.add_option(names, field, help)->group("nccl-tests' flags");
+    };
+    flag("-t,--nthreads", opts_.nthreads, "Threads per process: -t x -g GPUs of this process");
+    flag("-g,--ngpus", opts_.ngpus, "GPUs per thread: -t x -g GPUs of this process");
+    flag("-n", opts_.iters, "Timed iterations per size (instead of the noise rule)");
+    flag("-w,--warmup_iters", opts_.warmup_iters, "Untimed iterations per size");
+    flag("-N,--run_cycles", opts_.run_cycles, "Sweeps (1)");
+    flag("-p,--parallel_init", opts_.parallel_init, "0/1 (ranks are always set up in parallel)");
+    flag("-z,--blocking", opts_.blocking_mode,
+         "0 none, 1 wait and barrier after each op, 2 wait after each op, 3 per iteration");
+    flag("-y,--stream_null", opts_.stream_null, "0 (NULL stream: not done)");
+    flag("-G,--cudagraph", opts_.cudagraph, "N > 0: each iteration's ops as a CUDA graph");
+    flag("-C,--report_cputime", opts_.report_cputime, "0 (CPU time: not done)");
+    flag("-S,--report_timestamps", opts_.report_timestamps, "0 (not done)");
+    flag("-a,--average", opts_.average, "3: the slowest rank's time (what gpubench reports)");
+    flag("-R,--local_register", opts_.local_register, "0 (registration: not done yet)");
+    flag("-x,--cta_policy", opts_.cta_policy, "(not done yet)");
+    flag("-D,--device_implementation", opts_.device_implementation,
+         "0 (nccl-tests' own kernels: do not apply)");
+    flag("-V,--device_cta_count", opts_.device_cta_count, "With -D only (ignored)");
+    flag("-M,--memory", opts_.memory, "0 (memory report: not done yet)");
+    flag("-u,--unalign", opts_.unalign, "0 (misaligned buffers: not done yet)");
+    flag("-I,--per_iter_timing", opts_.per_iter_timing, "0/1 (always on: the stats columns)");
+    flag("-K,--per_iter_skip", opts_.per_iter_skip, "Leading samples left out (as warm-up)");
   }
 
   void validate() const override { (void)resolve_settings(opts_, false); }
@@ -151,6 +180,7 @@ class AllreduceModule final : public Module {
       fp8_ok = fp8_ok && info && info->cc_major >= 9;
     }
     Report pre;
+    for (const auto& n : s.notes) pre.warn(n);
     if (!fp8_ok) {
       const auto before = s.types.size();
       s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
@@ -165,11 +195,19 @@ class AllreduceModule final : public Module {
     // Ranks: this process's GPU under MPI, every selected GPU otherwise.
     std::unique_ptr<RankGroup> group;
     std::vector<int> world_gpus = ctx.gpus();
+    if (s.gpus_per_process > 0) {  // nccl-tests' -t x -g
+      if (proc.mpi && s.gpus_per_process > 1)
+        throw InputError("-t x -g: one GPU per process under mpirun or srun");
+      if (!proc.mpi && s.gpus_per_process > static_cast<int>(world_gpus.size()))
+        throw InputError(fmt::format("-t x -g = {} GPUs, but {} are selected", s.gpus_per_process,
+                                     world_gpus.size()));
+      if (!proc.mpi) world_gpus.resize(static_cast<std::size_t>(s.gpus_per_process));
+    }
     if (proc.mpi) {
       group = RankGroup::over_mpi(
           process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)"));
     } else {
-      group = std::make_unique<RankGroup>(ctx.gpus());
+      group = std::make_unique<RankGroup>(world_gpus);
     }
     const int world = group->size();
     if (world % s.split != 0)
@@ -215,6 +253,8 @@ class AllreduceModule final : public Module {
       mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
     mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
     mo.spin = !s.blocking;
+    if (s.iters > 0) mo.fixed_iters = s.iters;  // nccl-tests' -n
+    if (s.warmup >= 0) mo.warmup = s.warmup;    // -w (and -K)
 
     RunFacts facts;
     facts.nranks = n;
@@ -368,6 +408,7 @@ class AllreduceModule final : public Module {
                       for (int k = 0; k < agg; ++k) {
                         one_op(st);
                         if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+                        if (s.barrier_each_op) group.barrier();  // -z 1
                       }
                     },
                     mo);

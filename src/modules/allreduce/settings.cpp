@@ -20,6 +20,71 @@ std::vector<T> parse_list_or_all(const std::string& text, const std::vector<T>& 
   return out;
 }
 
+// nccl-tests' flags: each mapped onto what gpubench does, a note where it changes nothing, or
+// InputError where gpubench does not do it (rather than run something else under its name).
+void nccl_flags(const Options& o, Settings& s) {
+  const auto refuse = [](const char* flag, int value, const char* what) {
+    throw InputError(
+        fmt::format("{} {}: {} is not done by gpubench allreduce (yet)", flag, value, what));
+  };
+  if (o.nthreads == 0 || o.ngpus == 0 || o.nthreads < -1 || o.ngpus < -1)
+    throw InputError("-t and -g must be at least 1");
+  if (o.nthreads > 0 || o.ngpus > 0)
+    s.gpus_per_process = std::max(o.nthreads, 1) * std::max(o.ngpus, 1);
+  if (o.iters == 0 || o.iters < -1) throw InputError("-n must be at least 1");
+  if (o.iters > 0) s.iters = o.iters;
+  if (o.warmup_iters < -1) throw InputError("-w must be at least 0");
+  s.warmup = o.warmup_iters;
+  if (o.per_iter_skip < -1) throw InputError("-K must be at least 0");
+  if (o.per_iter_skip > 0) s.warmup = std::max(s.warmup, 0) + o.per_iter_skip;
+  if (o.run_cycles != -1 && o.run_cycles != 1) refuse("-N", o.run_cycles, "repeating the sweep");
+  if (o.parallel_init >= 0)
+    s.notes.push_back("-p: gpubench always sets up its ranks in parallel (a thread each)");
+  switch (o.blocking_mode) {
+    case -1:
+    case 0:
+      break;
+    case 1:
+      s.blocking = s.barrier_each_op = true;
+      break;
+    case 2:
+      s.blocking = true;
+      break;
+    case 3:
+      s.notes.push_back(
+          "-z 3: gpubench always waits for every rank and meets at a barrier before each timed "
+          "iteration, the barrier outside the time");
+      break;
+    default:
+      throw InputError(fmt::format("-z {}: not one of 0, 1, 2, 3", o.blocking_mode));
+  }
+  if (o.stream_null > 0) refuse("-y", o.stream_null, "running on the NULL stream");
+  if (o.cudagraph > 0) {
+    s.cuda_graph = true;
+    s.notes.push_back(fmt::format(
+        "-G {}: each timed iteration replays one CUDA graph of the iteration's ops; gpubench's "
+        "stopping rule decides how many",
+        o.cudagraph));
+  }
+  if (o.report_cputime > 0) refuse("-C", o.report_cputime, "reporting CPU time");
+  if (o.report_timestamps > 0) refuse("-S", o.report_timestamps, "timestamps on each line");
+  if (o.average >= 0 && o.average != 3)
+    refuse("-a", o.average, "reporting another rank's time than the slowest's (-a 3)");
+  if (o.local_register > 0) refuse("-R", o.local_register, "buffer registration");
+  if (o.cta_policy >= 0) refuse("-x", o.cta_policy, "setting NCCL's CTA policy");
+  if (o.device_implementation > 0)
+    throw InputError(
+        fmt::format("-D {}: nccl-tests' own device-API kernels do not apply: gpubench times NCCL's "
+                    "collectives",
+                    o.device_implementation));
+  if (o.device_cta_count > 0)
+    s.notes.push_back("-V: applies to nccl-tests' own device kernels (-D) only: ignored");
+  if (o.memory > 0) refuse("-M", o.memory, "the memory usage report");
+  if (o.unalign > 0) refuse("-u", o.unalign, "misaligned buffers");
+  if (o.per_iter_timing >= 0)
+    s.notes.push_back("-I: gpubench always times each iteration (the stats columns)");
+}
+
 }  // namespace
 
 Settings resolve_settings(const Options& o, bool quick) {
@@ -53,14 +118,14 @@ Settings resolve_settings(const Options& o, bool quick) {
   if (o.check < 0) throw InputError("--check must be >= 0");
   s.check = o.check;
   s.cuda_graph = o.cuda_graph;
-  s.blocking = o.blocking;
-  if (s.cuda_graph && s.blocking)
-    throw InputError("--cuda-graph and --blocking exclude each other");
   if (o.split < 1) throw InputError(fmt::format("--split {} must be >= 1", o.split));
   s.split = o.split;
   if (!(o.timeout > 0)) throw InputError("--timeout must be greater than 0 seconds");
   s.timeout_s = o.timeout;
   s.allow_shared_gpus = o.allow_shared_gpus;
+  nccl_flags(o, s);
+  if (s.cuda_graph && s.blocking)
+    throw InputError("CUDA graphs (-G) and blocking (-z 1, -z 2) exclude each other");
   return s;
 }
 
@@ -98,6 +163,10 @@ nlohmann::ordered_json Settings::to_json() const {
   j["check"] = check;
   j["cuda_graph"] = cuda_graph;
   j["blocking"] = blocking;
+  j["barrier_each_op"] = barrier_each_op;
+  if (gpus_per_process > 0) j["gpus_per_process"] = gpus_per_process;
+  if (iters > 0) j["iters_per_size"] = iters;
+  if (warmup >= 0) j["warmup_per_size"] = warmup;
   j["split"] = split;
   j["timeout_s"] = timeout_s;
   return j;

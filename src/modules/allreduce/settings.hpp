@@ -22,10 +22,19 @@ struct Options {
   std::string place = "both";  // both | out | in
   int check = 1;               // verified runs per size
   bool cuda_graph = false;
-  bool blocking = false;           // wait for each op before the next
   int split = 1;                   // groups running at once
   double timeout = 120;            // seconds before a hung collective is aborted
   bool allow_shared_gpus = false;  // MPI: more processes than GPUs on a node
+  // nccl-tests' flags, each with its meaning (-1: not given). See nccl_flags() in settings.cpp.
+  int nthreads = -1, ngpus = -1;            // -t, -g: t x g GPUs in this process
+  int iters = -1, warmup_iters = -1;        // -n, -w: timed and untimed iterations per size
+  int run_cycles = -1, parallel_init = -1;  // -N, -p
+  int blocking_mode = -1;                   // -z 0..3
+  int stream_null = -1, cudagraph = -1;     // -y, -G N
+  int report_cputime = -1, report_timestamps = -1, average = -1;            // -C, -S, -a
+  int local_register = -1, cta_policy = -1;                                 // -R, -x
+  int device_implementation = -1, device_cta_count = -1;                    // -D, -V
+  int memory = -1, unalign = -1, per_iter_timing = -1, per_iter_skip = -1;  // -M -u -I -K
 };
 
 struct Settings {
@@ -42,10 +51,16 @@ struct Settings {
   int split = 1;
   double timeout_s = 120;
   bool allow_shared_gpus = false;
+  bool barrier_each_op = false;    // -z 1: wait and barrier after each op
+  int gpus_per_process = 0;        // -t x -g: the first this many selected GPUs (0: all)
+  int iters = 0, warmup = -1;      // -n, -w (and -K): 0 / -1 the run's stopping rule
+  std::vector<std::string> notes;  // nccl-tests flags taken with another meaning, and why
   nlohmann::ordered_json to_json() const;
 };
 
 // Defaults (quick or full) applied and every value checked: InputError with one clear line.
+// nccl-tests' flags are taken with their meaning where gpubench has it; one that gpubench does
+// not do (yet) is refused naming the flag, one that does not apply is a note.
 Settings resolve_settings(const Options& o, bool quick);
 
 // Ops per timed iteration for a message of `size` bytes: enough back-to-back ops that launch

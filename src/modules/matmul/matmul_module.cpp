@@ -81,7 +81,7 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
                    "Data types: bf16,fp16,fp8_e4m3,fp8_e5m2,tf32,fp32,fp64,int8 or all (default "
                    "all; bf16 with --mamf; bf16,fp8_e4m3,tf32 with --quick)");
     app.add_option("--sizes", opts_.sizes,
-                   "Square sweep M=N=K: list or start:stop:step (default "
+                   "Square sweep M=N=K: list, start:stop:xF or start:stop:+S (default "
                    "1024,2048,4096,8192,16384; 4096,8192 with --quick)");
     app.add_option("--shapes", opts_.shapes, "Explicit shapes MxNxK,... (replaces the sweep)");
     app.add_option("--layout", opts_.layout,

@@ -50,7 +50,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
                    "Training schedules: gpipe, 1f1b, interleaved (default gpipe,1f1b)");
     app.add_option("--chunks", opts_.chunks, "Model chunks per stage of the interleaved schedule")
         ->capture_default_str();
-    app.add_option("--batch", opts_.batch, "Sequences a step, split into the microbatches")
+    app.add_option("--batch,--batch-sizes", opts_.batch,
+                   "Sequences a step (one batch size), split into the microbatches")
         ->capture_default_str();
     app.add_option("--seq-len", opts_.seq_len, "Tokens a sequence")->capture_default_str();
     app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 8)")

@@ -44,7 +44,7 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--model-config", opts_.model_config,
                    "A HuggingFace config.json instead of a preset");
     app.add_option("--seq-lens", opts_.seq_lens,
-                   "Prompt lengths: list or start:stop:xF (default 128..8192 doubling; quick "
+                   "Prompt lengths: list, start:stop:xF or :+S (default 128..8192 doubling; quick "
                    "512,2048)");
     app.add_option("--batch-sizes", opts_.batch_sizes,
                    "Sequences per step (default 1,2,4,8; quick 1)");
