@@ -67,12 +67,38 @@ int collective_elem_bytes(CollectiveElem elem) {
   return bytes;
 }
 
+std::size_t collective_alltoallv_elems(std::size_t count, int elem_bytes, int nranks, double skew,
+                                       int distance) {
+  if (elem_bytes <= 0 || nranks <= 0) return 0;
+  const auto bytes = static_cast<std::size_t>(elem_bytes);
+  const double total = static_cast<double>(count) * nranks * elem_bytes;
+  if (nranks == 1) return (static_cast<std::size_t>(total) & ~std::size_t{15}) / bytes;
+  const double pairs = static_cast<double>(nranks) * (nranks - 1) / 2;
+  const double share = (1.0 - skew) * (total / nranks) + skew * (distance * total / pairs);
+  return (static_cast<std::size_t>(share) & ~std::size_t{15}) / bytes;
+}
+
+namespace {
+
+// Sum of alltoallv's per-peer counts: what each rank sends, and receives.
+std::size_t alltoallv_total(const CollectiveData& d) {
+  std::size_t total = 0;
+  for (int k = 0; k < d.nranks; ++k)
+    total += collective_alltoallv_elems(d.count, collective_elem_bytes(d.elem), d.nranks, d.skew, k);
+  return total;
+}
+
+}  // namespace
+
 std::size_t collective_send_elems(const CollectiveData& d) {
   const auto n = static_cast<std::size_t>(std::max(d.nranks, 1));
   switch (d.layout) {
     case CollectiveLayout::ReduceScatter:
     case CollectiveLayout::AllToAll:
+    case CollectiveLayout::Scatter:
       return n * d.count;
+    case CollectiveLayout::AllToAllV:
+      return alltoallv_total(d);
     default:
       return d.count;
   }
@@ -86,6 +112,10 @@ std::size_t collective_checked_elems(const CollectiveData& d) {
       return n * d.count;
     case CollectiveLayout::Reduce:
       return d.rank == d.root ? d.count : 0;
+    case CollectiveLayout::Gather:
+      return d.rank == d.root ? n * d.count : 0;
+    case CollectiveLayout::AllToAllV:
+      return alltoallv_total(d);
     default:
       return d.count;
   }

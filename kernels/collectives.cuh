@@ -30,6 +30,7 @@ enum class CollectiveElem {
 };
 
 // Which collective produced the output: decides the send/receive layouts.
+// (hypercube's output is all_gather's).
 enum class CollectiveLayout {
   AllReduce,
   AllGather,
@@ -37,13 +38,27 @@ enum class CollectiveLayout {
   Broadcast,
   Reduce,
   AllToAll,
-  SendRecv
+  SendRecv,
+  Gather,
+  Scatter,
+  AllToAllV
 };
+
+// alltoallv's uneven split, nccl-tests' generated pattern: rank i sends rank j
+// (1 - skew) x total/n + skew x d x total/(n(n-1)/2) bytes, d = (j - i) mod n, rounded down to
+// 16 bytes, where total = n x count elements. skew 0 is alltoall's even split; 1 sends nothing to
+// itself and most to the farthest rank. Every rank sends and receives the same total.
+// Elements rank i sends rank (i + distance) mod n for a per-peer `count`.
+std::size_t collective_alltoallv_elems(std::size_t count, int elem_bytes, int nranks, double skew,
+                                       int distance);
+// Most ranks alltoallv's check supports (its split travels with the kernel's parameters).
+inline constexpr int kMaxAlltoallvRanks = 64;
 
 enum class CollectiveReduction { Sum, Prod, Min, Max, Avg };
 
 // One rank's view of one collective call. `count` is the count passed to NCCL (per-rank slice
-// for all_gather, reduce_scatter and alltoall).
+// for all_gather, reduce_scatter, alltoall, gather and scatter; the mean per-peer count of
+// alltoallv).
 struct CollectiveData {
   CollectiveLayout layout = CollectiveLayout::AllReduce;
   CollectiveElem elem = CollectiveElem::Fp32;
@@ -53,13 +68,16 @@ struct CollectiveData {
   int root = 0;
   std::size_t count = 0;
   std::uint64_t seed = 0;
+  double skew = 0;  // alltoallv only
 };
 
 // Bytes of one element.
 int collective_elem_bytes(CollectiveElem elem);
-// Elements this rank's send buffer holds (count, or nranks x count for reduce_scatter/alltoall).
+// Elements this rank's send buffer holds (count; nranks x count for reduce_scatter, alltoall and
+// scatter; the sum of its per-peer counts for alltoallv).
 std::size_t collective_send_elems(const CollectiveData& d);
-// Elements of this rank's output that the check reads (0 for a non-root rank of reduce).
+// Elements of this rank's output that the check reads (0 for a non-root rank of reduce and
+// gather).
 std::size_t collective_checked_elems(const CollectiveData& d);
 // Relative tolerance of the check (0: exact comparison).
 double collective_tolerance(const CollectiveData& d);

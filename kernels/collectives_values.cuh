@@ -269,6 +269,9 @@ struct Plan {
   std::uint64_t dense_limit;  // sparse: at most this many ranks hold a 1 per element
   double tolerance;           // relative; 0 = exact
   double abs_tolerance;       // added to it: rounding in the subnormal range (fp8, large n)
+  // alltoallv: elements rank i sends rank (i + d) mod n, by distance d (the split depends on
+  // the distance only, so every rank's sends and receives use the same table).
+  std::uint64_t peer_elems[kMaxAlltoallvRanks];
 };
 
 inline Plan make_plan(const CollectiveData& d) {
@@ -304,6 +307,10 @@ inline Plan make_plan(const CollectiveData& d) {
   }
   p.tolerance = collective_tolerance(d);
   p.abs_tolerance = p.tolerance > 0 ? smallest_subnormal(d.elem) : 0;
+  if (d.layout == CollectiveLayout::AllToAllV)
+    for (int k = 0; k < p.nranks && k < kMaxAlltoallvRanks; ++k)
+      p.peer_elems[k] = collective_alltoallv_elems(d.count, collective_elem_bytes(d.elem),
+                                                   p.nranks, d.skew, k);
   return p;
 }
 
@@ -380,6 +387,27 @@ GPB_HOST_DEVICE double expected_value(const Plan& p, std::size_t j) {
     case CollectiveLayout::SendRecv:
       src = (p.rank - 1 + n) % n;
       break;
+    case CollectiveLayout::Gather:  // at the root: slice r is rank r's input
+      src = static_cast<int>(j / p.count);
+      idx = j % p.count;
+      break;
+    case CollectiveLayout::Scatter:  // slice `rank` of the root's input
+      src = p.root;
+      idx = static_cast<std::uint64_t>(p.rank) * p.count + j;
+      break;
+    case CollectiveLayout::AllToAllV: {
+      // The output holds each source's segment in rank order; a segment is the part of the
+      // source's input it addressed to this rank, after its parts for lower ranks.
+      std::uint64_t rest = j;
+      for (src = 0; src < n; ++src) {
+        const std::uint64_t seg = p.peer_elems[(p.rank - src + n) % n];
+        if (rest < seg) break;
+        rest -= seg;
+      }
+      idx = rest;
+      for (int k = 0; k < p.rank; ++k) idx += p.peer_elems[(k - src + n) % n];
+      break;
+    }
   }
   const std::uint64_t shared = shared_hash(p.seed, idx);
   if (src >= 0) return stored<T>(input_value(p, src, idx, shared));

@@ -4,8 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <exception>
+
 #include "gpubench/core/cublaslt.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/nccl_compat.hpp"
 
 namespace gpubench {
 
@@ -29,14 +32,41 @@ std::string nccl_library_version() {
   return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 
-NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas) {
-  if (max_ctas <= 0) {
+namespace {
+int loaded_nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+}  // namespace
+
+bool nccl_has_symmetric_windows() {
+#if GPB_NCCL_HAS_WINDOWS
+  return loaded_nccl_version() >= GPB_NCCL_WINDOWS_MIN_VERSION;
+#else
+  return false;
+#endif
+}
+
+NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas, int cta_policy) {
+  if (max_ctas <= 0 && cta_policy < 0) {
     GPB_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
     return;
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.minCTAs = 1;
-  config.maxCTAs = max_ctas;
+  if (max_ctas > 0) {
+    config.minCTAs = 1;
+    config.maxCTAs = max_ctas;
+  }
+  if (cta_policy >= 0) {
+#if GPB_NCCL_HAS_WINDOWS
+    if (!nccl_has_symmetric_windows())
+      throw GpuError(fmt::format("NCCL's CTA policy needs NCCL 2.27 or later (running {})",
+                                 nccl_library_version()));
+    config.CTAPolicy = cta_policy;
+#else
+    throw GpuError("NCCL's CTA policy needs NCCL 2.27 or later headers at build time");
+#endif
+  }
   GPB_NCCL_CHECK(ncclCommInitRankConfig(&comm_, nranks, id, rank, &config));
 }
 
@@ -54,6 +84,54 @@ void NcclComm::abort() noexcept {
   if (!comm_) return;
   (void)ncclCommAbort(comm_);
   comm_ = nullptr;
+}
+
+NcclMemory::NcclMemory(std::size_t bytes) : bytes_(bytes) {
+  GPB_NCCL_CHECK(ncclMemAlloc(&ptr_, bytes));
+}
+
+// Unwinding from a failed or hung collective, the memory and registrations are left to the
+// communicator's abort and the process's end: NCCL may still be using them.
+NcclMemory::~NcclMemory() {
+  if (!ptr_ || std::uncaught_exceptions() > 0) return;
+  if (ncclMemFree(ptr_) != ncclSuccess) spdlog::warn("ncclMemFree failed");
+}
+
+NcclRegistered::NcclRegistered(const NcclComm& comm, void* buffer, std::size_t bytes,
+                               NcclRegistration how)
+    : comm_(comm.get()), how_(how) {
+  switch (how) {
+    case NcclRegistration::None:
+      return;
+    case NcclRegistration::Local:
+      GPB_NCCL_CHECK(ncclCommRegister(comm_, buffer, bytes, &handle_));
+      return;
+    case NcclRegistration::Symmetric:
+#if GPB_NCCL_HAS_WINDOWS
+      if (!nccl_has_symmetric_windows())
+        throw GpuError(fmt::format("symmetric windows need NCCL 2.27 or later (running {})",
+                                   nccl_library_version()));
+      {
+        ncclWindow_t win = nullptr;
+        GPB_NCCL_CHECK(ncclCommWindowRegister(comm_, buffer, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
+        handle_ = static_cast<void*>(win);
+      }
+      return;
+#else
+      throw GpuError("symmetric windows need NCCL 2.27 or later headers at build time");
+#endif
+  }
+}
+
+NcclRegistered::~NcclRegistered() {
+  if (!handle_ || std::uncaught_exceptions() > 0) return;
+  ncclResult_t res = ncclSuccess;
+  if (how_ == NcclRegistration::Local) res = ncclCommDeregister(comm_, handle_);
+#if GPB_NCCL_HAS_WINDOWS
+  if (how_ == NcclRegistration::Symmetric)
+    res = ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(handle_));
+#endif
+  if (res != ncclSuccess) spdlog::warn("NCCL buffer deregistration failed");
 }
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {

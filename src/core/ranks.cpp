@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "gpubench/core/context.hpp"
@@ -255,6 +256,16 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
     if (gate) gate->release();
     wait_for(stop, o.timeout_s, "the measured GPU work");
     const std::vector<double> all = all_gather(self.rank, stop.seconds_since(start));
+    switch (o.rank_time) {
+      case MeasureOptions::RankTime::First:
+        return all.front();
+      case MeasureOptions::RankTime::Mean:
+        return std::accumulate(all.begin(), all.end(), 0.0) / static_cast<double>(all.size());
+      case MeasureOptions::RankTime::Min:
+        return *std::min_element(all.begin(), all.end());
+      case MeasureOptions::RankTime::Max:
+        break;
+    }
     return *std::max_element(all.begin(), all.end());
   };
 

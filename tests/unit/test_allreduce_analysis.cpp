@@ -79,7 +79,7 @@ TEST(AllreduceSettings, DefaultsAndChecks) {
   EXPECT_EQ(quick.step_factor, 4.0);
   Options o;
   o.collective = "all";
-  EXPECT_EQ(resolve_settings(o, false).collectives.size(), 7u);
+  EXPECT_EQ(resolve_settings(o, false).collectives.size(), 11u);
   o = Options{};
   o.place = "sideways";
   EXPECT_THROW(resolve_settings(o, false), InputError);

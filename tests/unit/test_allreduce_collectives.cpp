@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "../../src/modules/allreduce/allreduce.hpp"
 #include "collectives.cuh"
@@ -35,11 +36,13 @@ constexpr std::uint64_t MiB = 1ull << 20;
 
 TEST(AllreduceCollectives, TableInOrderWithFlags) {
   const auto& all = all_collectives();
-  ASSERT_EQ(all.size(), 7u);
+  ASSERT_EQ(all.size(), 11u);
   const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                         "reduce",     "alltoall",   "sendrecv"};
+                         "reduce",     "alltoall",   "sendrecv",       "gather",
+                         "scatter",    "alltoallv",  "hypercube"};
   const Kind kinds[] = {Kind::AllReduce, Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast,
-                        Kind::Reduce,    Kind::AllToAll,  Kind::SendRecv};
+                        Kind::Reduce,    Kind::AllToAll,  Kind::SendRecv,      Kind::Gather,
+                        Kind::Scatter,   Kind::AllToAllV, Kind::HyperCube};
   for (std::size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(all[i].name, names[i]);
     EXPECT_EQ(all[i].kind, kinds[i]);
@@ -55,6 +58,12 @@ TEST(AllreduceCollectives, TableInOrderWithFlags) {
   EXPECT_TRUE(coll(Kind::Reduce).rooted);
   EXPECT_FALSE(coll(Kind::AllReduce).rooted);
   EXPECT_FALSE(coll(Kind::SendRecv).rooted);
+  EXPECT_TRUE(coll(Kind::Gather).rooted);
+  EXPECT_TRUE(coll(Kind::Scatter).rooted);
+  EXPECT_FALSE(coll(Kind::AllToAllV).rooted);
+  EXPECT_FALSE(coll(Kind::HyperCube).rooted);
+  for (Kind k : {Kind::Gather, Kind::Scatter, Kind::AllToAllV, Kind::HyperCube})
+    EXPECT_FALSE(coll(k).reduces);
 }
 
 TEST(AllreduceCollectives, BusFactors) {
@@ -68,6 +77,15 @@ TEST(AllreduceCollectives, BusFactors) {
     EXPECT_DOUBLE_EQ(coll(Kind::Broadcast).bus_factor(n), 1.0);
     EXPECT_DOUBLE_EQ(coll(Kind::Reduce).bus_factor(n), 1.0);
     EXPECT_DOUBLE_EQ(coll(Kind::SendRecv).bus_factor(n), 1.0);
+    for (Kind k : {Kind::Gather, Kind::Scatter, Kind::AllToAllV})
+      EXPECT_DOUBLE_EQ(coll(k).bus_factor(n), (d - 1) / d);
+    // hypercube (nccl-tests): algbw counts the (n-1)/n of the output that moves, busbw = algbw.
+    EXPECT_DOUBLE_EQ(coll(Kind::HyperCube).alg_factor(n), (d - 1) / d);
+    EXPECT_DOUBLE_EQ(coll(Kind::HyperCube).bus_factor(n), 1.0);
+    for (const Collective& c : all_collectives()) {
+      if (c.kind == Kind::HyperCube) continue;
+      EXPECT_DOUBLE_EQ(c.alg_factor(n), 1.0) << c.name;
+    }
   }
   EXPECT_DOUBLE_EQ(coll(Kind::AllReduce).bus_factor(2), 1.0);
   EXPECT_DOUBLE_EQ(coll(Kind::AllReduce).bus_factor(4), 1.5);
@@ -98,7 +116,8 @@ TEST(AllreduceCollectives, CountsOfWholeBufferCollectives) {
 // units (nccl-tests); the size is the gathered output / the reduce-scattered input / each
 // rank's alltoall send buffer.
 TEST(AllreduceCollectives, CountsOfSlicedCollectives) {
-  for (Kind k : {Kind::AllGather, Kind::ReduceScatter, Kind::AllToAll}) {
+  for (Kind k : {Kind::AllGather, Kind::ReduceScatter, Kind::AllToAll, Kind::Gather, Kind::Scatter,
+                 Kind::HyperCube}) {
     const Collective& c = coll(k);
     SCOPED_TRACE(c.name);
     EXPECT_EQ(c.count_for(MiB, 4, 4), 65536u);
@@ -129,11 +148,63 @@ TEST(AllreduceCollectives, CountsOfSlicedCollectives) {
   const Collective& a2a = coll(Kind::AllToAll);
   EXPECT_EQ(a2a.send_elems(65536, 4), 262144u);
   EXPECT_EQ(a2a.recv_elems(65536, 4), 262144u);
+  for (Kind k : {Kind::Gather, Kind::HyperCube}) {
+    EXPECT_EQ(coll(k).send_elems(65536, 4), 65536u);
+    EXPECT_EQ(coll(k).recv_elems(65536, 4), 262144u);
+  }
+  EXPECT_EQ(coll(Kind::Scatter).send_elems(65536, 4), 262144u);
+  EXPECT_EQ(coll(Kind::Scatter).recv_elems(65536, 4), 65536u);
 }
 
+// alltoallv's split, nccl-tests' generated pattern: 1 MiB of fp32 per rank on 4 ranks.
+TEST(AllreduceCollectives, AlltoallvSplit) {
+  Collective v = coll(Kind::AllToAllV);
+  const std::size_t count = v.count_for(MiB, 4, 4);
+  EXPECT_EQ(count, 65536u);  // mean per-peer count, as alltoall's slice
+  // skew 1 (the default): nothing to itself, then 1/6, 2/6, 3/6 of 1 MiB by distance, each
+  // rounded down to 16 bytes (174762.7 -> 174752 B, 349525.3 -> 349520 B, 524288 B).
+  EXPECT_DOUBLE_EQ(v.skew, 1.0);
+  const std::size_t by_distance[] = {0, 43688, 87380, 131072};
+  for (int from = 0; from < 4; ++from)
+    for (int to = 0; to < 4; ++to)
+      EXPECT_EQ(alltoallv_peer_elems(v, count, 4, from, to, 4), by_distance[(to - from + 4) % 4])
+          << from << "->" << to;
+  EXPECT_EQ(v.size_for(count, 4, 4), (43688u + 87380u + 131072u) * 4);
+  // The buffers hold any split.
+  EXPECT_GE(v.send_elems(count, 4), 43688u + 87380u + 131072u);
+  // skew 0: alltoall's even split.
+  v.skew = 0;
+  for (int to = 0; to < 4; ++to) EXPECT_EQ(alltoallv_peer_elems(v, count, 4, 1, to, 4), count);
+  EXPECT_EQ(v.size_for(count, 4, 4), MiB);
+  // Half way: the mean of the two, rounded down to 16 bytes.
+  v.skew = 0.5;
+  EXPECT_EQ(alltoallv_peer_elems(v, count, 4, 0, 0, 4), 32768u);
+  EXPECT_EQ(alltoallv_peer_elems(v, count, 4, 0, 3, 4), 98304u);
+  EXPECT_EQ(alltoallv_peer_elems(v, count, 4, 0, 1, 4), (((65536u * 4 + 174762u) / 2) & ~15u) / 4);
+  // One rank keeps everything.
+  EXPECT_EQ(alltoallv_peer_elems(v, 100, 4, 0, 0, 1), 100u);
+}
+
+TEST(AllreduceCollectives, WhichGroupsRunWhat) {
+  for (int n : {1, 2, 4, 8, 64}) EXPECT_EQ(cannot_run(coll(Kind::HyperCube), n), "") << n;
+  EXPECT_NE(cannot_run(coll(Kind::HyperCube), 3).find("power-of-two"), std::string::npos);
+  EXPECT_NE(cannot_run(coll(Kind::HyperCube), 6).find("not 6"), std::string::npos);
+  EXPECT_EQ(cannot_run(coll(Kind::AllToAllV), kMaxAlltoallvRanks), "");
+  EXPECT_NE(cannot_run(coll(Kind::AllToAllV), kMaxAlltoallvRanks + 1), "");
+  for (Kind k : {Kind::AllReduce, Kind::Gather, Kind::Scatter})
+    EXPECT_EQ(cannot_run(coll(k), 3), "");
+  for (Kind k : {Kind::AllToAll, Kind::AllToAllV, Kind::SendRecv})
+    EXPECT_FALSE(in_place_defined(coll(k)));
+  for (Kind k : {Kind::AllReduce, Kind::Gather, Kind::Scatter, Kind::HyperCube})
+    EXPECT_TRUE(in_place_defined(coll(k)));
+  for (const Collective& c : all_collectives())
+    EXPECT_EQ(output_in_input(c), c.kind == Kind::ReduceScatter || c.kind == Kind::Scatter);
+}
+
+// (alltoallv's uneven shares round down per peer, so its size maps back to a smaller count.)
 TEST(AllreduceCollectives, SizeOfEveryCountRoundTrips) {
   for (const Collective& c : all_collectives())
-    for (int n : {2, 3, 4, 8})
+    for (int n : c.kind == Kind::AllToAllV ? std::vector<int>{} : std::vector<int>{2, 3, 4, 8})
       for (int bytes : {1, 2, 4, 8})
         for (std::uint64_t size : {std::uint64_t{8}, std::uint64_t{1000}, MiB, 8 * MiB + 24}) {
           const std::size_t count = c.count_for(size, bytes, n);
@@ -152,8 +223,12 @@ TEST(AllreduceCollectives, InPlacePointers) {
   // reduce_scatter: recvbuf = sendbuf + rank*count elements.
   EXPECT_EQ(in_place_send(coll(Kind::ReduceScatter), base, 10, f32, 3), base - 120);
   EXPECT_EQ(in_place_send(coll(Kind::ReduceScatter), base, 10, f32, 0), base);
-  for (Kind k : {Kind::AllReduce, Kind::Broadcast, Kind::Reduce, Kind::AllToAll, Kind::SendRecv})
+  for (Kind k : {Kind::AllReduce, Kind::Broadcast, Kind::Reduce, Kind::AllToAll, Kind::SendRecv,
+                 Kind::AllToAllV})
     EXPECT_EQ(in_place_send(coll(k), base, 10, f32, 3), base);
+  for (Kind k : {Kind::Gather, Kind::HyperCube})
+    EXPECT_EQ(in_place_send(coll(k), base, 10, f32, 3), base + 120);
+  EXPECT_EQ(in_place_send(coll(Kind::Scatter), base, 10, f32, 3), base - 120);
 }
 
 TEST(AllreduceCollectives, TypeTable) {
@@ -219,8 +294,8 @@ TEST(AllreduceCollectives, ParseOp) {
 }
 
 TEST(AllreduceCollectives, ParseCollectives) {
-  EXPECT_EQ(parse_collectives("all").size(), 7u);
-  EXPECT_EQ(parse_collectives("ALL").size(), 7u);
+  EXPECT_EQ(parse_collectives("all").size(), 11u);
+  EXPECT_EQ(parse_collectives("ALL").size(), 11u);
   const auto one = parse_collectives("all_gather");
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].kind, Kind::AllGather);
@@ -234,10 +309,11 @@ TEST(AllreduceCollectives, ParseCollectives) {
   const std::string bad = error_of([] { parse_collectives("all_reduce,allscatter"); });
   EXPECT_EQ(bad,
             "--collective: 'allscatter' is not one of all, all_reduce, all_gather, "
-            "reduce_scatter, broadcast, reduce, alltoall, sendrecv");
+            "reduce_scatter, broadcast, reduce, alltoall, sendrecv, gather, scatter, alltoallv, "
+            "hypercube");
   EXPECT_FALSE(error_of([] { parse_collectives(""); }).empty());
   EXPECT_FALSE(error_of([] { parse_collectives("all_reduce,"); }).empty());
-  EXPECT_EQ(parse_collectives("all,all_reduce").size(), 7u);
+  EXPECT_EQ(parse_collectives("all,all_reduce").size(), 11u);
   EXPECT_EQ(parse_collectives("broadcast,all")[0].kind, Kind::Broadcast);
 }
 

@@ -33,6 +33,10 @@ struct MeasureOptions {
   bool spin = true;  // hold the stream with the spin kernel while a batch is queued
   double timeout_s =
       0;  // > 0: GPU work unfinished this long after it was queued throws TimeoutError
+  // Several ranks (RankGroup::measure): which of the ranks' times is an iteration's time.
+  // nccl-tests' -a: 0 rank 0's, 1 the mean, 2 the fastest, 3 the slowest (the default: a
+  // collective is done when its last rank is).
+  enum class RankTime { First, Mean, Min, Max } rank_time = RankTime::Max;
 };
 
 struct Measurement {

@@ -27,7 +27,9 @@ class NcclComm {
   NcclComm() = default;
   // Joins the communicator `id` as `rank` of `nranks` on the current device. max_ctas > 0 caps
   // the CTAs (channels) NCCL may run an operation on (ncclConfig_t::maxCTAs); 0: NCCL's choice.
-  NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas = 0);
+  // cta_policy >= 0 sets ncclConfig_t::CTAPolicy (NCCL 2.27+; GpuError where the build's or the
+  // library's NCCL lacks it); -1: NCCL's choice.
+  NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas = 0, int cta_policy = -1);
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
   NcclComm& operator=(NcclComm&& o) noexcept {
@@ -48,5 +50,46 @@ class NcclComm {
   void reset() noexcept;
   ncclComm_t comm_ = nullptr;
 };
+
+// Device memory from ncclMemAlloc (the CUDA virtual memory NCCL can register, map to peers and
+// use for symmetric windows) on the current device; freed with ncclMemFree.
+class NcclMemory {
+ public:
+  NcclMemory() = default;
+  explicit NcclMemory(std::size_t bytes);
+  ~NcclMemory();
+  NcclMemory(NcclMemory&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  NcclMemory& operator=(NcclMemory&&) = delete;
+  NcclMemory(const NcclMemory&) = delete;
+  NcclMemory& operator=(const NcclMemory&) = delete;
+  void* get() const noexcept { return ptr_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A buffer registered with a communicator for the communicator's life or until this ends:
+// Local is ncclCommRegister (NCCL may then skip its staging copies), Symmetric is
+// ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC (NCCL 2.27+; a collective call: every rank
+// registers a buffer of the same size, in the same order; enables NCCL's symmetric kernels).
+// Must end before the communicator does.
+enum class NcclRegistration { None, Local, Symmetric };
+class NcclRegistered {
+ public:
+  NcclRegistered(const NcclComm& comm, void* buffer, std::size_t bytes, NcclRegistration how);
+  ~NcclRegistered();
+  NcclRegistered(const NcclRegistered&) = delete;
+  NcclRegistered& operator=(const NcclRegistered&) = delete;
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  NcclRegistration how_ = NcclRegistration::None;
+  void* handle_ = nullptr;
+};
+// Whether this build and the loaded library have symmetric windows (NCCL 2.27+).
+bool nccl_has_symmetric_windows();
 
 }  // namespace gpubench

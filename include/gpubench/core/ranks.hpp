@@ -64,8 +64,9 @@ class RankGroup {
   void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 
   // Times `launch` on every rank: barrier before each iteration, per-iteration time = the max
-  // over ranks of that rank's event time. Stopping rule as Measurer::run, decided on rank 0's
-  // view of the combined samples. Call from inside run(); every rank returns the same result.
+  // over ranks of that rank's event time (or the one opts.rank_time names). Stopping rule as
+  // Measurer::run, decided on rank 0's view of the combined samples. Call from inside run(); every
+  // rank returns the same result.
   Measurement measure(Rank& self, const Launch& launch, const MeasureOptions& opts);
 
  private:

@@ -38,24 +38,42 @@ const ReduceOp& parse_op(const std::string& name);  // InputError
 // ---------------------------------------------------------------------------------------------
 // Collectives
 
-enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
+enum class Kind {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  SendRecv,
+  Gather,
+  Scatter,
+  AllToAllV,
+  HyperCube
+};
 
 // What one collective is, nccl-tests style. `size` is the byte count nccl-tests prints in its
-// "size" column for that collective (all_gather: the gathered output; reduce_scatter: the input;
-// alltoall: each rank's send buffer); algbw = size / time; busbw = algbw x bus_factor(n).
+// "size" column for that collective (all_gather, gather, hypercube: the gathered output;
+// reduce_scatter, scatter: the input; alltoall, alltoallv: each rank's send buffer);
+// algbw = size x alg_factor(n) / time; busbw = algbw x bus_factor(n).
 struct Collective {
   Kind kind;
   std::string name;  // "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                     // "alltoall", "sendrecv"
+                     // "alltoall", "sendrecv", "gather", "scatter", "alltoallv", "hypercube"
   bool reduces;      // takes a reduction op
   bool rooted;       // takes a root
+  double skew = 1;   // alltoallv's uneven split, 0..1 (collective_alltoallv_elems)
+  // Share of `size` that algbw counts: 1, but (n-1)/n for hypercube, whose rank keeps its own
+  // slice (nccl-tests' definition).
+  double alg_factor(int nranks) const;
   double bus_factor(int nranks) const;
   // Elements per rank passed to the NCCL call ("count") for a given size; 0 when size is too
   // small for one element per rank where needed.
   std::size_t count_for(std::uint64_t size_bytes, int type_bytes, int nranks) const;
   // Size actually moved for a count (size rounded down to whole elements / whole per-rank slices).
   std::uint64_t size_for(std::size_t count, int type_bytes, int nranks) const;
-  // Elements of each rank's send and receive buffers for `count`.
+  // Elements of each rank's send and receive buffers for `count` (alltoallv: n x count, which
+  // holds every split; size_for gives what it moves).
   std::size_t send_elems(std::size_t count, int nranks) const;
   std::size_t recv_elems(std::size_t count, int nranks) const;
 };
@@ -64,9 +82,12 @@ const std::vector<Collective>& all_collectives();  // in the order above
 std::vector<Collective> parse_collectives(const std::string& list);
 
 // Queues the collective on `stream` of `rank` (of `nranks`) in `comm`. In place: recvbuf is the
-// send buffer as NCCL defines it for that collective (all_gather: sendbuf = recvbuf + rank*count;
-// reduce_scatter: recvbuf = sendbuf + rank*count; others sendbuf == recvbuf). sendrecv: each rank
-// sends to (rank+1)%n and receives from (rank-1+n)%n inside one group.
+// send buffer as NCCL defines it for that collective (all_gather, gather, hypercube: sendbuf =
+// recvbuf + rank*count; reduce_scatter, scatter: recvbuf = sendbuf + rank*count; others sendbuf
+// == recvbuf). sendrecv: each rank sends to (rank+1)%n and receives from (rank-1+n)%n inside one
+// group. alltoallv: per-peer counts from collective_alltoallv_elems, in one group of sends and
+// receives. hypercube: log2(n) rounds, each exchanging the slices gathered so far with the rank
+// whose number differs in one bit (n a power of two).
 void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t count,
            const DataType& t, const ReduceOp& op, int root, ncclComm_t comm, int rank, int nranks,
            cudaStream_t stream);
@@ -74,6 +95,15 @@ void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t 
 // Where the send data lives for the in-place form (a pointer into recvbuf) or sendbuf.
 const void* in_place_send(const Collective& c, const void* recvbuf, std::size_t count,
                           const DataType& t, int rank);
+// Whether the in-place output is this rank's slice of the input (reduce_scatter, scatter): the
+// caller passes recvbuf rank*count elements into a buffer of send_elems(count) elements.
+bool output_in_input(const Collective& c);
+// Whether the in-place form has a defined output: not alltoall, alltoallv, sendrecv, where a
+// rank overwrites input it has not sent yet (nccl-tests does not verify them either).
+bool in_place_defined(const Collective& c);
+// Why a group of `nranks` cannot run the collective, or "" (hypercube: a power of two;
+// alltoallv: at most kMaxAlltoallvRanks).
+std::string cannot_run(const Collective& c, int nranks);
 
 // ---------------------------------------------------------------------------------------------
 // Data and checks (kernels in kernels/collectives.cu)
@@ -92,6 +122,9 @@ void poison_recv(void* recvbuf, std::size_t elems, const DataType& t, cudaStream
 std::uint64_t count_wrong(const Collective& c, const void* recvbuf, std::size_t count,
                           const DataType& t, const ReduceOp& op, int root, int rank, int nranks,
                           std::uint64_t seed, cudaStream_t stream);
+// Elements rank `from` sends rank `to` in alltoallv for a mean per-peer `count`.
+std::size_t alltoallv_peer_elems(const Collective& c, std::size_t count, int type_bytes, int from,
+                                 int to, int nranks);
 
 // ---------------------------------------------------------------------------------------------
 // Sweep and analysis (pure host code)

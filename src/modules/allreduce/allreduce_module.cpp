@@ -18,6 +18,7 @@
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/ranks.hpp"
+#include "gpubench/core/runner.hpp"  // utc_now
 #include "gpubench/core/units.hpp"
 #include "results.hpp"
 #include "settings.hpp"
@@ -85,8 +86,12 @@ class AllreduceModule final : public Module {
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     app.add_option("--collective", opts_.collective,
-                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv "
-                   "(a list) or all")
+                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, "
+                   "gather, scatter, alltoallv, hypercube (a list) or all")
+        ->capture_default_str();
+    app.add_option("--skew", opts_.skew,
+                   "alltoallv: 0 splits each rank's data evenly, 1 sends nothing to itself and "
+                   "more the farther the peer (MoE-like, nccl-tests' default)")
         ->capture_default_str();
     app.add_option("-d,--type,--datatype", opts_.type,
                    "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8_e4m3, "
@@ -136,16 +141,18 @@ class AllreduceModule final : public Module {
          "0 none, 1 wait and barrier after each op, 2 wait after each op, 3 per iteration");
     flag("-y,--stream_null", opts_.stream_null, "0 (NULL stream: not done)");
     flag("-G,--cudagraph", opts_.cudagraph, "N > 0: each iteration's ops as a CUDA graph");
-    flag("-C,--report_cputime", opts_.report_cputime, "0 (CPU time: not done)");
-    flag("-S,--report_timestamps", opts_.report_timestamps, "0 (not done)");
-    flag("-a,--average", opts_.average, "3: the slowest rank's time (what gpubench reports)");
-    flag("-R,--local_register", opts_.local_register, "0 (registration: not done yet)");
-    flag("-x,--cta_policy", opts_.cta_policy, "(not done yet)");
+    flag("-C,--report_cputime", opts_.report_cputime, "0 (gpubench reports GPU event time)");
+    flag("-S,--report_timestamps", opts_.report_timestamps, "1: each row's finishing time");
+    flag("-a,--average", opts_.average,
+         "Time of an iteration: 0 rank 0's, 1 mean, 2 fastest, 3 slowest rank's (default 3)");
+    flag("-R,--local_register", opts_.local_register,
+         "1: buffers from ncclMemAlloc registered (ncclCommRegister); 2: symmetric windows");
+    flag("-x,--cta_policy", opts_.cta_policy, "NCCL's CTA policy: 0 default, 1 efficiency, 2 zero");
     flag("-D,--device_implementation", opts_.device_implementation,
          "0 (nccl-tests' own kernels: do not apply)");
     flag("-V,--device_cta_count", opts_.device_cta_count, "With -D only (ignored)");
-    flag("-M,--memory", opts_.memory, "0 (memory report: not done yet)");
-    flag("-u,--unalign", opts_.unalign, "0 (misaligned buffers: not done yet)");
+    flag("-M,--memory", opts_.memory, "1: device memory used by NCCL, the buffers and the run");
+    flag("-u,--unalign", opts_.unalign, "Buffers start this many elements past an alignment");
     flag("-I,--per_iter_timing", opts_.per_iter_timing, "0/1 (always on: the stats columns)");
     flag("-K,--per_iter_skip", opts_.per_iter_skip, "Leading samples left out (as warm-up)");
   }
@@ -181,6 +188,11 @@ class AllreduceModule final : public Module {
     }
     Report pre;
     for (const auto& n : s.notes) pre.warn(n);
+    if (s.registration == 2 && !nccl_has_symmetric_windows()) {
+      pre.warn(fmt::format("-R 2: symmetric windows need NCCL 2.27 or later (running {}): -R 1",
+                           nccl_library_version()));
+      s.registration = 1;
+    }
     if (!fp8_ok) {
       const auto before = s.types.size();
       s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
@@ -219,6 +231,16 @@ class AllreduceModule final : public Module {
           fmt::format("--split {} leaves groups of 1 rank ({} ranks)", s.split, world));
     if (s.root >= n)
       throw InputError(fmt::format("--root {} is outside the group of {} ranks", s.root, n));
+    for (auto it = s.collectives.begin(); it != s.collectives.end();) {
+      const std::string why = cannot_run(*it, n);
+      if (why.empty()) {
+        ++it;
+        continue;
+      }
+      if (s.collectives.size() == 1) throw InputError(why);
+      pre.warn(why + ": left out");
+      it = s.collectives.erase(it);
+    }
 
     // Message sizes: whole elements per rank for every type, cut to what fits.
     std::vector<std::uint64_t> sizes =
@@ -255,6 +277,7 @@ class AllreduceModule final : public Module {
     mo.spin = !s.blocking;
     if (s.iters > 0) mo.fixed_iters = s.iters;  // nccl-tests' -n
     if (s.warmup >= 0) mo.warmup = s.warmup;    // -w (and -K)
+    mo.rank_time = static_cast<MeasureOptions::RankTime>(s.rank_time);  // -a
 
     RunFacts facts;
     facts.nranks = n;
@@ -267,6 +290,7 @@ class AllreduceModule final : public Module {
     r.extra["nccl"] = {{"version", nccl_library_version()}, {"env", nccl_environment()}};
 
     std::vector<Row> rows;
+    ojson memory;  // -M
     // After each size, the report so far: what a stalled run ends with.
     const auto publish = [&] {
       Report partial = r;
@@ -287,9 +311,11 @@ class AllreduceModule final : public Module {
           for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
         group->broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
         const int color = self.rank / n, grank = self.rank % n;
-        NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank);
+        const std::uint64_t before_init = s.memory_report ? used_bytes() : 0;
+        NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank, 0, s.cta_policy);
         try {
-          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, rows, publish);
+          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, before_init, rows,
+                   memory, publish);
         } catch (...) {
           comm.abort();  // a hung or failed collective must not hang the others
           throw;
@@ -303,6 +329,7 @@ class AllreduceModule final : public Module {
     }
 
     build_report(r, rows, facts);
+    if (!memory.is_null()) r.extra["memory"] = memory;
     r.error = failure;  // the runner marks the report failed; the finished sizes stand
     return r;
   }
@@ -331,16 +358,152 @@ class AllreduceModule final : public Module {
     return static_cast<std::uint64_t>(static_cast<double>(room) / (2.0 * worst_ratio));
   }
 
+  // One rank's two message buffers (send a, receive b): cudaMalloc'd, or with -R from
+  // ncclMemAlloc and registered with the communicator. -u moves both starts past the alignment.
+  class Buffers {
+   public:
+    Buffers(int device, std::uint64_t bytes, const Settings& s, const NcclComm& comm)
+        : unalign_(static_cast<std::size_t>(s.unalign)) {
+      const std::size_t total = bytes + 8 * unalign_;  // room for -u at the widest type
+      if (s.registration == 0) {
+        plain_a_ = DeviceBuffer(device, total);
+        plain_b_ = DeviceBuffer(device, total);
+        a_ = plain_a_.get();
+        b_ = plain_b_.get();
+        return;
+      }
+      const auto how = s.registration == 1 ? NcclRegistration::Local : NcclRegistration::Symmetric;
+      nccl_a_.emplace(total);
+      nccl_b_.emplace(total);
+      a_ = nccl_a_->get();
+      b_ = nccl_b_->get();
+      reg_a_.emplace(comm, a_, total, how);
+      reg_b_.emplace(comm, b_, total, how);
+    }
+    void* a(int type_bytes) const { return static_cast<char*>(a_) + unalign_ * type_bytes; }
+    void* b(int type_bytes) const { return static_cast<char*>(b_) + unalign_ * type_bytes; }
+
+   private:
+    std::size_t unalign_;
+    DeviceBuffer plain_a_, plain_b_;
+    std::optional<NcclMemory> nccl_a_, nccl_b_;  // before the registrations: freed after
+    std::optional<NcclRegistered> reg_a_, reg_b_;
+    void* a_ = nullptr;
+    void* b_ = nullptr;
+  };
+
+  // Device memory in use on this rank's GPU (cudaMemGetInfo), for -M.
+  static std::uint64_t used_bytes() {
+    std::size_t free_b = 0, total_b = 0;
+    GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+  }
+
+  // What one rank does for one size: time the out-of-place and in-place forms, then verify each.
+  struct SizeRun {
+    Rank& self;
+    RankGroup& group;
+    NcclComm& comm;
+    const Settings& s;
+    const MeasureOptions& mo;
+    const Buffers& buffers;
+    int n, grank;
+  };
+
+  static void run_place(const SizeRun& z, const Collective& c, const DataType& t,
+                        const ReduceOp& op, Row& row, bool in_place) {
+    const Settings& s = z.s;
+    PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
+    // In place, alltoall(v) and sendrecv overwrite input not yet sent (each rank's buffer is
+    // another's source): the output is undefined and cannot be checked, so they are not run.
+    if (in_place && !in_place_defined(c)) {
+      pr.not_run = true;
+      return;
+    }
+    cudaStream_t stream = z.self.stream->get();
+    const std::size_t count = row.count;
+    // In place: reduce_scatter and scatter write their slice of the send buffer, the others use
+    // one buffer for both (all_gather's send is its slice of the output).
+    void* recv = z.buffers.b(t.bytes);
+    if (in_place && output_in_input(c))
+      recv = static_cast<char*>(recv) + static_cast<std::size_t>(z.grank) * count * t.bytes;
+    const void* send = in_place ? in_place_send(c, recv, count, t, z.grank) : z.buffers.a(t.bytes);
+    const std::string what = fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name,
+                                         row.op, in_place ? "in-place" : "out-of-place");
+    const int agg = agg_for(row.size, s.agg_iters);
+    try {
+      init_send(c, const_cast<void*>(send), count, t, op, z.grank, z.n, 0x5eed + row.size, stream);
+      auto one_op = [&](cudaStream_t st) {
+        issue(c, send, recv, count, t, op, s.root, z.comm.get(), z.grank, z.n, st);
+      };
+      CudaGraph graph;
+      if (s.cuda_graph) {
+        // NCCL connects peers at a communicator's first op of a kind, which a capture may not
+        // contain: run one op outside the graph first.
+        one_op(stream);
+        GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+        graph.capture(stream, [&](cudaStream_t st) {
+          for (int k = 0; k < agg; ++k) one_op(st);
+        });
+      }
+      const Measurement m = z.group.measure(
+          z.self,
+          [&](cudaStream_t st, int) {
+            if (s.cuda_graph) {
+              graph.launch(st);
+              return;
+            }
+            for (int k = 0; k < agg; ++k) {
+              one_op(st);
+              if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+              if (s.barrier_each_op) z.group.barrier();  // -z 1
+            }
+          },
+          z.mo);
+      pr.measured = true;
+      pr.agg = agg;
+      std::vector<double> per_op = m.samples;
+      for (double& x : per_op) x /= agg;
+      pr.per_op = compute_stats(per_op);
+      pr.stop_reason = m.stop_reason;
+      pr.converged = m.converged;
+      // Verify: fresh data, a poisoned output, one op, every element checked.
+      Event done(z.self.device);
+      std::uint64_t wrong = 0;
+      for (int k = 0; k < s.check; ++k) {
+        const std::uint64_t seed = 0xc0ffee + 7919ull * k + row.size;
+        init_send(c, const_cast<void*>(send), count, t, op, z.grank, z.n, seed, stream);
+        // In place the output overlays the input, so only a separate output is poisoned.
+        if (!in_place) poison_recv(recv, c.recv_elems(count, z.n), t, stream);
+        z.group.barrier();
+        one_op(stream);
+        done.record(stream);
+        wait_for(done, s.timeout_s, what.c_str());
+        wrong += count_wrong(c, recv, count, t, op, s.root, z.grank, z.n, seed, stream);
+      }
+      const auto all = z.group.all_gather(z.self.rank, static_cast<double>(wrong));
+      double total = 0;
+      for (double w : all) total += w;
+      pr.wrong = static_cast<std::uint64_t>(total);
+      pr.checked = s.check > 0;
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(fmt::format("{}: {}", what, e.what()));
+    }
+  }
+
   // Everything one rank does: for each collective, type, op and size, time out-of-place and
   // in-place, then verify. Rank 0 records the rows (the measurement is the same on every rank)
-  // and publishes the report so far after each.
+  // and publishes the report so far after each. -M: the memory each stage took, max over ranks.
   static void run_rank(Rank& self, RankGroup& group, NcclComm& comm, const Settings& s,
                        const std::vector<std::uint64_t>& sizes, std::uint64_t buffer_bytes,
-                       const MeasureOptions& mo, int n, int grank, std::vector<Row>& rows,
+                       const MeasureOptions& mo, int n, int grank, std::uint64_t before_init,
+                       std::vector<Row>& rows, ojson& memory,
                        const std::function<void()>& publish) {
-    DeviceBuffer a(self.device, buffer_bytes), b(self.device, buffer_bytes);
-    cudaStream_t stream = self.stream->get();
-    Event done(self.device);
+    const std::uint64_t after_init = s.memory_report ? used_bytes() : 0;
+    const Buffers buffers(self.device, buffer_bytes, s, comm);
+    const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
+    std::uint64_t peak = after_buffers;
+    const SizeRun z{self, group, comm, s, mo, buffers, n, grank};
     for (const Collective& c : s.collectives) {
       for (const DataType& t : s.types) {
         const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
@@ -360,88 +523,10 @@ class AllreduceModule final : public Module {
             row.size = c.size_for(count, t.bytes, n);
             row.count = count;
             row.sweep_end = size == sizes.back();
-            const int agg = agg_for(row.size, s.agg_iters);
-            for (bool in_place : {false, true}) {
-              if (in_place ? !s.in_place : !s.out_of_place) continue;
-              PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
-              // In place, alltoall and sendrecv overwrite input not yet sent (each rank's
-              // buffer is another's source): the output is undefined and cannot be checked, so
-              // they are not run.
-              if (in_place && (c.kind == Kind::AllToAll || c.kind == Kind::SendRecv)) {
-                pr.not_run = true;
-                continue;
-              }
-              // In place: reduce_scatter writes its slice of the send buffer, the others use
-              // one buffer for both (all_gather's send is its slice of the output).
-              void* recv = b.get();
-              if (in_place && c.kind == Kind::ReduceScatter)
-                recv =
-                    static_cast<char*>(b.get()) + static_cast<std::size_t>(grank) * count * t.bytes;
-              const void* send = in_place ? in_place_send(c, recv, count, t, grank) : a.get();
-              const std::string what =
-                  fmt::format("{} {} {} {} ({})", c.name, format_bytes(row.size), t.name, row.op,
-                              in_place ? "in-place" : "out-of-place");
-              try {
-                init_send(c, const_cast<void*>(send), count, t, op, grank, n, 0x5eed + row.size,
-                          stream);
-                auto one_op = [&](cudaStream_t st) {
-                  issue(c, send, recv, count, t, op, s.root, comm.get(), grank, n, st);
-                };
-                CudaGraph graph;
-                if (s.cuda_graph) {
-                  // NCCL connects peers at a communicator's first op of a kind, which a capture
-                  // may not contain: run one op outside the graph first.
-                  one_op(stream);
-                  GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
-                }
-                if (s.cuda_graph)
-                  graph.capture(stream, [&](cudaStream_t st) {
-                    for (int k = 0; k < agg; ++k) one_op(st);
-                  });
-                const Measurement m = group.measure(
-                    self,
-                    [&](cudaStream_t st, int) {
-                      if (s.cuda_graph) {
-                        graph.launch(st);
-                        return;
-                      }
-                      for (int k = 0; k < agg; ++k) {
-                        one_op(st);
-                        if (s.blocking) GPB_CUDA_CHECK(cudaStreamSynchronize(st));
-                        if (s.barrier_each_op) group.barrier();  // -z 1
-                      }
-                    },
-                    mo);
-                pr.measured = true;
-                pr.agg = agg;
-                std::vector<double> per_op = m.samples;
-                for (double& x : per_op) x /= agg;
-                pr.per_op = compute_stats(per_op);
-                pr.stop_reason = m.stop_reason;
-                pr.converged = m.converged;
-                // Verify: fresh data, a poisoned output, one op, every element checked.
-                const int checks = s.check;
-                std::uint64_t wrong = 0;
-                for (int k = 0; k < checks; ++k) {
-                  const std::uint64_t seed = 0xc0ffee + 7919ull * k + row.size;
-                  init_send(c, const_cast<void*>(send), count, t, op, grank, n, seed, stream);
-                  // In place the output overlays the input, so only a separate output is poisoned.
-                  if (!in_place) poison_recv(recv, c.recv_elems(count, n), t, stream);
-                  group.barrier();
-                  one_op(stream);
-                  done.record(stream);
-                  wait_for(done, s.timeout_s, what.c_str());
-                  wrong += count_wrong(c, recv, count, t, op, s.root, grank, n, seed, stream);
-                }
-                const auto all = group.all_gather(self.rank, static_cast<double>(wrong));
-                double total = 0;
-                for (double w : all) total += w;
-                pr.wrong = static_cast<std::uint64_t>(total);
-                pr.checked = checks > 0;
-              } catch (const TimeoutError& e) {
-                throw TimeoutError(fmt::format("{}: {}", what, e.what()));
-              }
-            }
+            for (bool in_place : {false, true})
+              if (in_place ? s.in_place : s.out_of_place) run_place(z, c, t, op, row, in_place);
+            if (s.timestamps) row.timestamp = utc_now();
+            if (s.memory_report) peak = std::max(peak, used_bytes());
             if (self.rank == 0) {
               spdlog::info("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
                            t.name, row.op,
@@ -454,6 +539,22 @@ class AllreduceModule final : public Module {
         }
       }
     }
+    if (!s.memory_report) return;
+    const auto most = [&](std::uint64_t to, std::uint64_t from) {
+      const double grew = std::max(0.0, static_cast<double>(to) - static_cast<double>(from));
+      const auto all = group.all_gather(self.rank, grew);
+      return *std::max_element(all.begin(), all.end());
+    };
+    const double nccl_init = most(after_init, before_init);
+    const double user = most(after_buffers, after_init);
+    const double collective = most(peak, after_buffers);
+    if (self.rank == 0)
+      memory = {{"nccl_init_bytes", nccl_init},
+                {"buffers_bytes", user},
+                {"during_collectives_bytes", collective},
+                {"note",
+                 "device memory in use (cudaMemGetInfo) taken by each stage, most of "
+                 "any rank; other processes on the GPU count too"}};
   }
 
   Options opts_;

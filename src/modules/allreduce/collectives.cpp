@@ -6,6 +6,8 @@
 #include <cctype>
 
 #include "allreduce.hpp"
+#include "collectives.cuh"  // kMaxAlltoallvRanks
+#include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/nccl_compat.hpp"
@@ -44,10 +46,29 @@ std::string names_of(const std::vector<T>& items) {
   return out;
 }
 
-// Per-rank slices of all_gather, reduce_scatter and alltoall: nccl-tests divides the element
-// count by the ranks and rounds down to whole 16-byte units, so every slice stays aligned.
+// Per-rank slices (alltoallv: the mean per-peer count): nccl-tests divides the element count by
+// the ranks and rounds down to whole 16-byte units, so every slice stays aligned.
 bool sliced(Kind k) {
-  return k == Kind::AllGather || k == Kind::ReduceScatter || k == Kind::AllToAll;
+  switch (k) {
+    case Kind::AllGather:
+    case Kind::ReduceScatter:
+    case Kind::AllToAll:
+    case Kind::Gather:
+    case Kind::Scatter:
+    case Kind::AllToAllV:
+    case Kind::HyperCube:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Elements each rank sends (and receives) in alltoallv.
+std::size_t alltoallv_total(const Collective& c, std::size_t count, int type_bytes, int nranks) {
+  std::size_t total = 0;
+  for (int to = 0; to < nranks; ++to)
+    total += alltoallv_peer_elems(c, count, type_bytes, 0, to, nranks);
+  return total;
 }
 
 }  // namespace
@@ -104,6 +125,11 @@ const ReduceOp& parse_op(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Collectives
 
+double Collective::alg_factor(int nranks) const {
+  if (nranks < 1) return 0;
+  return kind == Kind::HyperCube ? (nranks - 1.0) / nranks : 1.0;
+}
+
 double Collective::bus_factor(int nranks) const {
   const double n = nranks;
   if (nranks < 1) return 0;
@@ -113,10 +139,14 @@ double Collective::bus_factor(int nranks) const {
     case Kind::AllGather:
     case Kind::ReduceScatter:
     case Kind::AllToAll:
+    case Kind::Gather:
+    case Kind::Scatter:
+    case Kind::AllToAllV:
       return (n - 1) / n;
     case Kind::Broadcast:
     case Kind::Reduce:
     case Kind::SendRecv:
+    case Kind::HyperCube:  // its algbw already counts only the slices that move
       return 1;
   }
   return 1;
@@ -131,21 +161,39 @@ std::size_t Collective::count_for(std::uint64_t size_bytes, int type_bytes, int 
 }
 
 std::uint64_t Collective::size_for(std::size_t count, int type_bytes, int nranks) const {
+  if (kind == Kind::AllToAllV)
+    return static_cast<std::uint64_t>(alltoallv_total(*this, count, type_bytes, nranks)) *
+           static_cast<std::uint64_t>(type_bytes);
   const std::uint64_t bytes =
       static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(type_bytes);
   return sliced(kind) ? bytes * static_cast<std::uint64_t>(nranks) : bytes;
 }
 
 std::size_t Collective::send_elems(std::size_t count, int nranks) const {
-  if (kind == Kind::ReduceScatter || kind == Kind::AllToAll)
-    return count * static_cast<std::size_t>(nranks);
-  return count;
+  switch (kind) {
+    case Kind::ReduceScatter:
+    case Kind::AllToAll:
+    case Kind::Scatter:
+      return count * static_cast<std::size_t>(nranks);
+    case Kind::AllToAllV:  // every per-peer share rounds down: at most n x count
+      return count * static_cast<std::size_t>(nranks);
+    default:
+      return count;
+  }
 }
 
 std::size_t Collective::recv_elems(std::size_t count, int nranks) const {
-  if (kind == Kind::AllGather || kind == Kind::AllToAll)
-    return count * static_cast<std::size_t>(nranks);
-  return count;
+  switch (kind) {
+    case Kind::AllGather:
+    case Kind::AllToAll:
+    case Kind::Gather:
+    case Kind::HyperCube:
+      return count * static_cast<std::size_t>(nranks);
+    case Kind::AllToAllV:
+      return count * static_cast<std::size_t>(nranks);
+    default:
+      return count;
+  }
 }
 
 const std::vector<Collective>& all_collectives() {
@@ -157,6 +205,10 @@ const std::vector<Collective>& all_collectives() {
       {Kind::Reduce, "reduce", true, true},
       {Kind::AllToAll, "alltoall", false, false},
       {Kind::SendRecv, "sendrecv", false, false},
+      {Kind::Gather, "gather", false, true},
+      {Kind::Scatter, "scatter", false, true},
+      {Kind::AllToAllV, "alltoallv", false, false},
+      {Kind::HyperCube, "hypercube", false, false},
   };
   return collectives;
 }
@@ -202,6 +254,87 @@ std::vector<Collective> parse_collectives(const std::string& list) {
 
 // ---------------------------------------------------------------------------------------------
 // The NCCL call
+
+namespace {
+
+// gather and scatter: NCCL's own where the library has them (2.28+), else what nccl-tests does:
+// one send per rank to the root (gather) or from it (scatter), in one group.
+void issue_rooted_copy(Kind kind, const void* sendbuf, void* recvbuf, std::size_t count,
+                       const DataType& t, int root, ncclComm_t comm, int rank, int nranks,
+                       cudaStream_t stream) {
+#if GPB_NCCL_HAS_ALLTOALL
+  if (runtime_nccl_version() >= GPB_NCCL_ALLTOALL_MIN_VERSION) {
+    if (kind == Kind::Gather)
+      GPB_NCCL_CHECK(ncclGather(sendbuf, recvbuf, count, t.nccl, root, comm, stream));
+    else
+      GPB_NCCL_CHECK(ncclScatter(sendbuf, recvbuf, count, t.nccl, root, comm, stream));
+    return;
+  }
+#endif
+  const std::size_t slice = count * static_cast<std::size_t>(t.bytes);
+  GPB_NCCL_CHECK(ncclGroupStart());
+  if (kind == Kind::Gather) {
+    GPB_NCCL_CHECK(ncclSend(sendbuf, count, t.nccl, root, comm, stream));
+    if (rank == root)
+      for (int r = 0; r < nranks; ++r)
+        GPB_NCCL_CHECK(
+            ncclRecv(static_cast<char*>(recvbuf) + r * slice, count, t.nccl, r, comm, stream));
+  } else {
+    if (rank == root)
+      for (int r = 0; r < nranks; ++r)
+        GPB_NCCL_CHECK(ncclSend(static_cast<const char*>(sendbuf) + r * slice, count, t.nccl, r,
+                                comm, stream));
+    GPB_NCCL_CHECK(ncclRecv(recvbuf, count, t.nccl, root, comm, stream));
+  }
+  GPB_NCCL_CHECK(ncclGroupEnd());
+}
+
+// alltoallv: this rank's parts for ranks 0..n-1 lie one after another in sendbuf, and the parts
+// from ranks 0..n-1 one after another in recvbuf; an empty part is neither sent nor received.
+void issue_alltoallv(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t count,
+                     const DataType& t, ncclComm_t comm, int rank, int nranks,
+                     cudaStream_t stream) {
+  const auto bytes = static_cast<std::size_t>(t.bytes);
+  std::size_t sent = 0, received = 0;
+  GPB_NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < nranks; ++r) {
+    const std::size_t out = alltoallv_peer_elems(c, count, t.bytes, rank, r, nranks);
+    const std::size_t in = alltoallv_peer_elems(c, count, t.bytes, r, rank, nranks);
+    if (out > 0)
+      GPB_NCCL_CHECK(
+          ncclSend(static_cast<const char*>(sendbuf) + sent * bytes, out, t.nccl, r, comm, stream));
+    if (in > 0)
+      GPB_NCCL_CHECK(
+          ncclRecv(static_cast<char*>(recvbuf) + received * bytes, in, t.nccl, r, comm, stream));
+    sent += out;
+    received += in;
+  }
+  GPB_NCCL_CHECK(ncclGroupEnd());
+}
+
+// hypercube (nccl-tests' definition): the own slice goes to its place in recvbuf, then in round
+// k = 1, 2, 4, ... each rank swaps the k slices it holds with rank ^ k.
+void issue_hypercube(const void* sendbuf, void* recvbuf, std::size_t count, const DataType& t,
+                     ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  const std::size_t slice = count * static_cast<std::size_t>(t.bytes);
+  char* out = static_cast<char*>(recvbuf);
+  char* own = out + static_cast<std::size_t>(rank) * slice;
+  if (own != sendbuf)
+    GPB_CUDA_CHECK(cudaMemcpyAsync(own, sendbuf, slice, cudaMemcpyDeviceToDevice, stream));
+  for (int mask = 1; mask < nranks; mask <<= 1) {
+    const int held = rank & ~(mask - 1);  // first slice this rank holds
+    const int wanted = held ^ mask;       // first slice its partner holds
+    const std::size_t elems = count * static_cast<std::size_t>(mask);
+    GPB_NCCL_CHECK(ncclGroupStart());
+    GPB_NCCL_CHECK(ncclSend(out + static_cast<std::size_t>(held) * slice, elems, t.nccl,
+                            rank ^ mask, comm, stream));
+    GPB_NCCL_CHECK(ncclRecv(out + static_cast<std::size_t>(wanted) * slice, elems, t.nccl,
+                            rank ^ mask, comm, stream));
+    GPB_NCCL_CHECK(ncclGroupEnd());
+  }
+}
+
+}  // namespace
 
 void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t count,
            const DataType& t, const ReduceOp& op, int root, ncclComm_t comm, int rank, int nranks,
@@ -253,6 +386,16 @@ void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t 
       GPB_NCCL_CHECK(ncclGroupEnd());
       return;
     }
+    case Kind::Gather:
+    case Kind::Scatter:
+      issue_rooted_copy(c.kind, sendbuf, recvbuf, count, t, root, comm, rank, nranks, stream);
+      return;
+    case Kind::AllToAllV:
+      issue_alltoallv(c, sendbuf, recvbuf, count, t, comm, rank, nranks, stream);
+      return;
+    case Kind::HyperCube:
+      issue_hypercube(sendbuf, recvbuf, count, t, comm, rank, nranks, stream);
+      return;
   }
 }
 
@@ -261,20 +404,41 @@ void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t 
 //  - reduce_scatter: the output is this rank's slice of the input, recvbuf = sendbuf +
 //    rank*count, so the input starts rank*count elements BEFORE recvbuf: the caller passes as
 //    recvbuf a pointer rank*count elements into a buffer of send_elems(count) elements.
-//  - the others: the same buffer. (nccl-tests does not verify in-place alltoall and sendrecv:
-//    a rank overwrites data it has not sent yet; their in-place output is undefined.)
+//  - gather and hypercube as all_gather, scatter as reduce_scatter.
+//  - the others: the same buffer. (nccl-tests does not verify in-place alltoall, alltoallv and
+//    sendrecv: a rank overwrites data it has not sent yet; their in-place output is undefined.)
 const void* in_place_send(const Collective& c, const void* recvbuf, std::size_t count,
                           const DataType& t, int rank) {
   const std::size_t offset =
       static_cast<std::size_t>(rank) * count * static_cast<std::size_t>(t.bytes);
   switch (c.kind) {
     case Kind::AllGather:
+    case Kind::Gather:
+    case Kind::HyperCube:
       return static_cast<const char*>(recvbuf) + offset;
     case Kind::ReduceScatter:
+    case Kind::Scatter:
       return static_cast<const char*>(recvbuf) - offset;
     default:
       return recvbuf;
   }
+}
+
+bool output_in_input(const Collective& c) {
+  return c.kind == Kind::ReduceScatter || c.kind == Kind::Scatter;
+}
+
+bool in_place_defined(const Collective& c) {
+  return c.kind != Kind::AllToAll && c.kind != Kind::AllToAllV && c.kind != Kind::SendRecv;
+}
+
+std::string cannot_run(const Collective& c, int nranks) {
+  if (c.kind == Kind::HyperCube && (nranks < 1 || (nranks & (nranks - 1)) != 0))
+    return fmt::format("hypercube needs a power-of-two number of ranks, not {}", nranks);
+  if (c.kind == Kind::AllToAllV && nranks > kMaxAlltoallvRanks)
+    return fmt::format("alltoallv is checked on at most {} ranks, not {}", kMaxAlltoallvRanks,
+                       nranks);
+  return "";
 }
 
 }  // namespace gpubench::allreduce

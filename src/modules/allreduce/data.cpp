@@ -76,6 +76,14 @@ CollectiveLayout layout_of(Kind k) {
       return CollectiveLayout::AllToAll;
     case Kind::SendRecv:
       return CollectiveLayout::SendRecv;
+    case Kind::Gather:
+      return CollectiveLayout::Gather;
+    case Kind::Scatter:
+      return CollectiveLayout::Scatter;
+    case Kind::AllToAllV:
+      return CollectiveLayout::AllToAllV;
+    case Kind::HyperCube:  // every rank ends with every rank's slice, as in all_gather
+      return CollectiveLayout::AllGather;
   }
   return CollectiveLayout::AllReduce;
 }
@@ -91,10 +99,18 @@ CollectiveData data_of(const Collective& c, std::size_t count, const DataType& t
   d.root = root;
   d.count = count;
   d.seed = seed;
+  d.skew = c.skew;
   return d;
 }
 
 }  // namespace
+
+std::size_t alltoallv_peer_elems(const Collective& c, std::size_t count, int type_bytes, int from,
+                                 int to, int nranks) {
+  if (nranks <= 0) return 0;
+  return collective_alltoallv_elems(count, type_bytes, nranks, c.skew,
+                                    ((to - from) % nranks + nranks) % nranks);
+}
 
 void init_send(const Collective& c, void* sendbuf, std::size_t count, const DataType& t,
                const ReduceOp& op, int rank, int nranks, std::uint64_t seed, cudaStream_t stream) {

@@ -26,7 +26,7 @@ std::string series_key(const Row& r) {
 void add_place(CaseResult& c, const PlaceResult& p, const Row& r, int nranks, const char* suffix) {
   if (!p.measured) return;
   const double t = p.per_op.median;
-  const double alg = algbw_GBps(r.size, t);
+  const double alg = algbw_GBps(r.size, t) * r.collective->alg_factor(nranks);
   c.metric(fmt::format("time{}", suffix), t * 1e6, "us");
   c.metric(fmt::format("algbw{}", suffix), alg, "GB/s");
   c.metric(fmt::format("busbw{}", suffix), alg * r.collective->bus_factor(nranks), "GB/s");
@@ -53,7 +53,7 @@ std::vector<Point> curve(const std::vector<const Row*>& rows, int nranks) {
     Point pt;
     pt.size = r->size;
     pt.time_s = p.per_op.median;
-    pt.algbw_GBps = algbw_GBps(r->size, pt.time_s);
+    pt.algbw_GBps = algbw_GBps(r->size, pt.time_s) * r->collective->alg_factor(nranks);
     pt.busbw_GBps = pt.algbw_GBps * r->collective->bus_factor(nranks);
     pts.push_back(pt);
   }
@@ -121,6 +121,7 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
                 {"type", row.type},
                 {"redop", row.op},
                 {"root", row.root}};
+    if (!row.timestamp.empty()) c.params["timestamp"] = row.timestamp;
     add_place(c, row.out_of_place, row, n, "");
     add_place(c, row.in_place, row, n, "_ip");
     const PlaceResult& main = main_place(row);

@@ -34,6 +34,7 @@ struct Row {
   std::size_t count = 0;
   PlaceResult out_of_place, in_place;
   bool sweep_end = false;  // the sweep's largest size: its curve ran to the end
+  std::string timestamp;   // -S: when the row finished (UTC, ISO 8601), else empty
 };
 
 // Everything the report needs besides the rows.

@@ -66,12 +66,22 @@ void nccl_flags(const Options& o, Settings& s) {
         "stopping rule decides how many",
         o.cudagraph));
   }
-  if (o.report_cputime > 0) refuse("-C", o.report_cputime, "reporting CPU time");
-  if (o.report_timestamps > 0) refuse("-S", o.report_timestamps, "timestamps on each line");
-  if (o.average >= 0 && o.average != 3)
-    refuse("-a", o.average, "reporting another rank's time than the slowest's (-a 3)");
-  if (o.local_register > 0) refuse("-R", o.local_register, "buffer registration");
-  if (o.cta_policy >= 0) refuse("-x", o.cta_policy, "setting NCCL's CTA policy");
+  if (o.report_cputime > 0)
+    refuse("-C", o.report_cputime, "reporting CPU time (gpubench reports GPU event time)");
+  s.timestamps = o.report_timestamps > 0;
+  if (o.average < -1 || o.average > 3)
+    throw InputError(
+        fmt::format("-a {}: not one of 0 (rank 0), 1 (mean), 2 (min), 3 (max)", o.average));
+  if (o.average >= 0) s.rank_time = o.average;
+  if (o.local_register < -1 || o.local_register > 2)
+    throw InputError(
+        fmt::format("-R {}: not one of 0 (none), 1 (ncclCommRegister), 2 (symmetric windows)",
+                    o.local_register));
+  s.registration = std::max(o.local_register, 0);
+  if (o.cta_policy < -1 || o.cta_policy > 2)
+    throw InputError(
+        fmt::format("-x {}: not one of 0 (default), 1 (efficiency), 2 (zero)", o.cta_policy));
+  s.cta_policy = o.cta_policy;
   if (o.device_implementation > 0)
     throw InputError(
         fmt::format("-D {}: nccl-tests' own device-API kernels do not apply: gpubench times NCCL's "
@@ -79,8 +89,10 @@ void nccl_flags(const Options& o, Settings& s) {
                     o.device_implementation));
   if (o.device_cta_count > 0)
     s.notes.push_back("-V: applies to nccl-tests' own device kernels (-D) only: ignored");
-  if (o.memory > 0) refuse("-M", o.memory, "the memory usage report");
-  if (o.unalign > 0) refuse("-u", o.unalign, "misaligned buffers");
+  s.memory_report = o.memory > 0;
+  if (o.unalign < -1 || o.unalign > 1024)
+    throw InputError(fmt::format("-u {}: must be between 0 and 1024 elements", o.unalign));
+  s.unalign = std::max(o.unalign, 0);
   if (o.per_iter_timing >= 0)
     s.notes.push_back("-I: gpubench always times each iteration (the stats columns)");
 }
@@ -90,6 +102,9 @@ void nccl_flags(const Options& o, Settings& s) {
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.collectives = parse_collectives(o.collective);
+  if (!(o.skew >= 0 && o.skew <= 1))
+    throw InputError(fmt::format("--skew {}: must be between 0 (even) and 1", o.skew));
+  for (Collective& c : s.collectives) c.skew = o.skew;
   s.types = parse_list_or_all<DataType>(o.type, all_types(),
                                         [](const std::string& n) { return parse_type(n); });
   s.ops = parse_list_or_all<ReduceOp>(o.op, all_ops(),
@@ -151,6 +166,8 @@ nlohmann::ordered_json Settings::to_json() const {
   for (const auto& op : ops) names.push_back(op.name);
   j["ops"] = names;
   j["root"] = root;
+  for (const auto& c : collectives)
+    if (c.kind == Kind::AllToAllV) j["alltoallv_skew"] = c.skew;
   j["min_bytes"] = min_bytes;
   j["max_bytes"] = max_bytes;
   if (step_bytes > 0)
@@ -167,6 +184,14 @@ nlohmann::ordered_json Settings::to_json() const {
   if (gpus_per_process > 0) j["gpus_per_process"] = gpus_per_process;
   if (iters > 0) j["iters_per_size"] = iters;
   if (warmup >= 0) j["warmup_per_size"] = warmup;
+  if (registration > 0)
+    j["registration"] = registration == 1 ? "ncclCommRegister" : "symmetric windows";
+  if (cta_policy >= 0) j["cta_policy"] = cta_policy;
+  if (unalign > 0) j["unalign_elements"] = unalign;
+  static const char* const kRankTime[] = {"rank 0", "mean", "fastest", "slowest"};
+  j["rank_time"] = kRankTime[rank_time];
+  if (timestamps) j["timestamps"] = true;
+  if (memory_report) j["memory_report"] = true;
   j["split"] = split;
   j["timeout_s"] = timeout_s;
   return j;

@@ -15,6 +15,7 @@ struct Options {
   std::string type = "fp32";              // list or "all"
   std::string op = "sum";                 // list or "all"
   int root = 0;
+  double skew = 1;  // alltoallv's uneven split (nccl-tests' NCCL_TESTS_ALLTOALLV_SPREAD)
   std::string min_bytes, max_bytes;  // defaults depend on --quick
   double step_factor = 2.0;
   std::string step_bytes;      // "" -> multiply by step_factor
@@ -54,6 +55,12 @@ struct Settings {
   bool barrier_each_op = false;    // -z 1: wait and barrier after each op
   int gpus_per_process = 0;        // -t x -g: the first this many selected GPUs (0: all)
   int iters = 0, warmup = -1;      // -n, -w (and -K): 0 / -1 the run's stopping rule
+  int registration = 0;            // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+  int cta_policy = -1;             // -x: ncclConfig_t::CTAPolicy (-1: NCCL's choice)
+  int unalign = 0;                 // -u: buffers start this many elements past an alignment
+  int rank_time = 3;               // -a: 0 rank 0's time, 1 mean, 2 fastest, 3 slowest rank's
+  bool timestamps = false;         // -S: each row's finishing time
+  bool memory_report = false;      // -M: device memory used by NCCL, the buffers, the run
   std::vector<std::string> notes;  // nccl-tests flags taken with another meaning, and why
   nlohmann::ordered_json to_json() const;
 };
