@@ -2,7 +2,6 @@
 #include "gpubench/core/cli.hpp"
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -21,6 +20,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/mpi.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/report.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/system.hpp"
@@ -128,7 +128,7 @@ int signal_exit_code() {
 void setup_logging(const std::string& level) {
   static bool made = false;
   if (!made) {
-    auto logger = spdlog::stderr_color_mt("gpubench");
+    auto logger = std::make_shared<spdlog::logger>("gpubench", progress::stderr_sink());
     logger->set_pattern("[%H:%M:%S %^%l%$] %v");
     spdlog::set_default_logger(logger);
     made = true;
@@ -150,6 +150,24 @@ void refuse_non_finite(const CLI::App& app) {
   }
 }
 
+// Arguments no option of `app` took (parsed with allow_extras), refused in the order they were
+// given in `args` (CLI11's own message lists them backwards).
+void refuse_extras(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> extras = app.remaining();
+  if (extras.empty()) return;
+  const bool one = extras.size() == 1;
+  std::string listed;
+  for (const std::string& a : args) {
+    const auto it = std::find(extras.begin(), extras.end(), a);
+    if (it == extras.end()) continue;
+    listed += (listed.empty() ? "" : " ") + a;
+    extras.erase(it);
+  }
+  throw CLI::ParseError(
+      fmt::format("The following argument{} not expected: {}", one ? " was" : "s were", listed),
+      CLI::ExitCodes::ExtrasError);
+}
+
 // A fresh CLI11 app for one module: common options + the module's own.
 struct ModuleApp {
   CommonOptions common;
@@ -160,10 +178,12 @@ struct ModuleApp {
     m.add_options(app);  // its own options first, in --help too
     add_common_options(app, common, config);
   }
-  void parse(std::vector<std::string> args) {
-    std::reverse(args.begin(), args.end());  // CLI11 takes its vector reversed
-    app.parse(args);
+  void parse(const std::vector<std::string>& args) {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+    app.allow_extras(true);
+    app.parse(reversed);
     refuse_non_finite(app);
+    refuse_extras(app, args);
   }
 };
 
@@ -577,6 +597,7 @@ int run_cli(int argc, char** argv) {
     std::vector<std::unique_ptr<CommonOptions>> commons;
     std::vector<std::unique_ptr<std::string>> configs;
     std::map<std::string, CLI::App*> subs;
+    std::vector<const CLI::App*> strict;  // extra arguments refused
     for (auto& m : modules) {
       CLI::App* sub = app.add_subcommand(
           m->name(), m->available() ? m->help() : m->help() + " (not available yet)");
@@ -588,6 +609,8 @@ int run_cli(int argc, char** argv) {
         std::string footer;
         for (const std::string& e : m->examples()) footer += "\n  " + e;
         if (!footer.empty()) sub->footer("Examples:" + footer);
+        sub->allow_extras();  // refused below, in the order given
+        strict.push_back(sub);
       } else {
         sub->allow_extras();
       }
@@ -598,6 +621,8 @@ int run_cli(int argc, char** argv) {
     CommonOptions all_common;
     std::string all_config;
     add_common_options(*all, all_common, all_config);
+    all->allow_extras();  // refused below, in the order given
+    strict.push_back(all);
     // CLI11 would call an unknown word an "extra argument": name it as a subcommand instead.
     const auto is_subcommand = [&](const std::string& word) {
       for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
@@ -608,6 +633,9 @@ int run_cli(int argc, char** argv) {
       throw InputError(fmt::format("unknown subcommand '{}' (see gpubench --help)", argv[1]));
     try {
       app.parse(argc, argv);
+      const std::vector<std::string> given(argv + 1, argv + argc);
+      for (const CLI::App* sub : strict)
+        if (sub->parsed()) refuse_extras(*sub, given);
     } catch (const CLI::CallForHelp& e) {
       return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {

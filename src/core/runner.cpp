@@ -9,6 +9,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/version.hpp"
 
@@ -91,6 +92,10 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
       fill_metadata(stalled, module, common, system, run_id, command, started);
       return on_stall ? on_stall(stalled) : kExitFailed;
     });
+    progress::begin(module.name());
+    struct EndProgress {
+      ~EndProgress() { progress::end(); }
+    } end_progress;
     try {
       r = module.run(ctx);
       r.settle_status();

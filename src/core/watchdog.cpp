@@ -12,6 +12,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
+#include "gpubench/core/progress.hpp"
 
 namespace gpubench {
 
@@ -53,6 +54,7 @@ void Watchdog::stall() {
       "NCCL, MPI or the driver)",
       limit_s_, what_);
   const std::string rank = p.mpi ? fmt::format("[rank {}] ", p.rank) : std::string();
+  progress::clear_line();
   std::fprintf(stderr, "gpubench: error: %s%s\n", rank.c_str(), reason.c_str());
   std::fflush(stderr);
   int code = kExitFailed;

@@ -122,6 +122,12 @@ TEST(CliExamples, DryRunTouchesNothingAndRefusesBadInput) {
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_NE(o.out.find("\"hbm_dtypes\""), std::string::npos) << o.out;
   expect_bad_input(run("matmul --dtypes bf17 --dry-run"), "bf17");
+  // Arguments nothing takes, in the order given (on the command line, in a module's parse, in
+  // all's).
+  expect_bad_input(run("matmul --foo 1 --bar 2 --dry-run"),
+                   "arguments were not expected: --foo 1 --bar 2");
+  expect_bad_input(run("all --foo x --dry-run"), "arguments were not expected: --foo x");
+  expect_bad_input(run("env extra"), "argument was not expected: extra");
   const Outcome all = run("all --config config/quick.ini --dry-run", "cd " + source_dir() + " &&");
   EXPECT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("\"module\": \"pp\""), std::string::npos);

@@ -17,6 +17,7 @@
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/runner.hpp"  // utc_now
 #include "gpubench/core/units.hpp"
@@ -504,6 +505,10 @@ class AllreduceModule final : public Module {
     const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
     std::uint64_t peak = after_buffers;
     const SizeRun z{self, group, comm, s, mo, buffers, n, grank};
+    std::size_t cases = 0;
+    for (const Collective& c : s.collectives)
+      cases += s.types.size() * (c.reduces ? s.ops.size() : 1) * sizes.size();
+    if (self.rank == 0) progress::expect(cases);
     for (const Collective& c : s.collectives) {
       for (const DataType& t : s.types) {
         const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
@@ -513,6 +518,9 @@ class AllreduceModule final : public Module {
             // others waiting in the collective.
             if (group.any(self.rank, Context::interrupted())) return;
             const std::size_t count = c.count_for(size, t.bytes, n);
+            if (self.rank == 0)
+              progress::next(fmt::format("{} {} {} {}", c.name, format_bytes(size), t.name,
+                                         c.reduces ? op.name : ""));
             if (count == 0) continue;
             Row row;
             row.collective = &c;
@@ -528,10 +536,10 @@ class AllreduceModule final : public Module {
             if (s.timestamps) row.timestamp = utc_now();
             if (s.memory_report) peak = std::max(peak, used_bytes());
             if (self.rank == 0) {
-              spdlog::info("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
-                           t.name, row.op,
-                           row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
-                                                     : row.in_place.per_op.median * 1e6);
+              spdlog::debug("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
+                            t.name, row.op,
+                            row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
+                                                      : row.in_place.per_op.median * 1e6);
               rows.push_back(row);
               publish();
             }

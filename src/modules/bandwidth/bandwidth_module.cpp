@@ -8,6 +8,7 @@
 
 #include "bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/progress.hpp"
 
 namespace gpubench {
 
@@ -70,9 +71,10 @@ class BandwidthModule final : public Module {
     bandwidth::Figures figures;
     bandwidth::Lanes lanes(ctx.gpus());
     bandwidth::RunState rs{ctx, settings, report, figures, lanes};
+    progress::expect(settings.parts.size());
     for (Part part : settings.parts) {
       if (Context::interrupted()) break;
-      spdlog::info("bandwidth: {}", bandwidth::to_string(part));
+      progress::next(bandwidth::to_string(part));
       run_part(part, rs);
     }
     bandwidth::set_headline(report, figures);

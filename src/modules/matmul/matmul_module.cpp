@@ -9,6 +9,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/units.hpp"
 #include "matmul.hpp"
 
@@ -128,10 +129,16 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
     // (dtype) -> best outcome so far (slowest GPU of each case), for the headline.
     std::map<GemmDtype, CaseOutcome> best;
     std::map<GemmDtype, Series> curves;
-    for (const CaseSpec& spec : settings.cases()) {
+    const std::vector<CaseSpec> cases = settings.cases();
+    const std::size_t grid = settings.mamf_sizes.size();
+    progress::expect(cases.size() +
+                     (settings.mamf ? settings.dtypes.size() * grid * grid * grid : 0) +
+                     (settings.sustained > 0 ? 1 : 0));
+    for (const CaseSpec& spec : cases) {
       if (Context::interrupted()) break;
-      spdlog::info("matmul: {} {} {} {}", to_string(spec.dtype), spec.label, spec.shape.to_string(),
-                   spec.any_layout ? "any layout" : spec.shape.layout());
+      progress::next(fmt::format("{} {} {} {}", to_string(spec.dtype), spec.label,
+                                 spec.shape.to_string(),
+                                 spec.any_layout ? "any layout" : spec.shape.layout()));
       const auto outs = run_on_all(ctx, benches, spec, settings.algos, opts);
       record(report, outs, settings, several);
       if (const CaseOutcome* w = slowest(outs)) {
@@ -251,6 +258,7 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
         for (const auto& sh : shapes) {
           if (Context::interrupted()) return;
           CaseSpec spec{CaseKind::Mamf, t, sh, ""};
+          progress::next(fmt::format("mamf {} {}", to_string(t), sh.to_string()));
           const auto outs = run_on_all(ctx, benches, spec, std::min(s.algos, 4), brief);
           tried.push_back(sh);
           const CaseOutcome* w = slowest(outs);
@@ -263,8 +271,8 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
           }
           rates.push_back(w->tflops);
           scored.emplace_back(w->tflops, sh);
-          spdlog::info("matmul: mamf {} {}: {:.1f} TFLOP/s", to_string(t), sh.to_string(),
-                       w->tflops);
+          spdlog::debug("matmul: mamf {} {}: {:.1f} TFLOP/s", to_string(t), sh.to_string(),
+                        w->tflops);
           if (w->tflops > top.tflops) top = *w;
         }
       };
@@ -352,7 +360,8 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
     o.max_iters = 10000000;
     CaseSpec spec{CaseKind::Sustained, t, best.at(t).spec.shape, "sustained"};
     for (auto& b : benches) b->set_idle_before(0);
-    spdlog::info("matmul: {} {} held for {} s", to_string(t), spec.shape.to_string(), s.sustained);
+    progress::next(
+        fmt::format("{} {} held for {} s", to_string(t), spec.shape.to_string(), s.sustained));
     const auto outs = run_on_all(ctx, benches, spec, s.algos, o);
     for (const auto& out : outs) {
       CaseResult r = to_case_result(out, peak(t), benches.size() > 1);

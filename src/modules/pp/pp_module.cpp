@@ -14,6 +14,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/mpi.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
 #include "pp.hpp"
@@ -135,6 +136,10 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       ctx.publish(assemble(s, done));
     };
     ReferenceLogits reference;
+    std::size_t pieces = 0;
+    for (int p : degrees)
+      pieces += (s.inference ? 1 : 0) + (s.training ? (p == 1 ? 1 : s.schedules.size()) : 0);
+    progress::expect(pieces);
     for (int p : degrees) {
       if (stopping()) break;
       watched(p, "--pp", [&](RankGroup& group) {
@@ -143,6 +148,7 @@ class PpModule final : public ResolvingModule<Options, Settings> {
           // only to a pipeline).
           Settings one = s;
           if (p == 1) one.microbatches = {1};
+          progress::next(fmt::format("inference, {} stage{}", p, p == 1 ? "" : "s"));
           done.inference[p] = run_inference(ctx, one, p, group, reference);
         }
         // One GPU runs 1F1B's order only, whatever the schedules (every schedule is the same
@@ -152,6 +158,8 @@ class PpModule final : public ResolvingModule<Options, Settings> {
         if (s.training)
           for (Schedule sch : schedules) {
             if (group.stop_requested()) break;
+            progress::next(
+                fmt::format("training, {}, {} stage{}", to_string(sch), p, p == 1 ? "" : "s"));
             done.training[{sch, p}] = run_training(ctx, s, p, sch, group);
             ctx.publish(assemble(s, done));
           }
@@ -160,14 +168,17 @@ class PpModule final : public ResolvingModule<Options, Settings> {
     // Parallel layouts: one GPU first (the base), then each layout over all the GPUs.
     if (!s.layouts_text.empty()) {
       const std::vector<Layout> list = parse_layouts(s.layouts_text, visible, s.model);
+      progress::expect(pieces + s.layout_batches.size() * (1 + list.size()));
       for (int batch : s.layout_batches) {
         if (stopping()) break;
         LayoutOutcome base;
+        progress::next(fmt::format("layouts, batch {}: one GPU", batch));
         watched(1, "--layouts", [&](RankGroup& group) {
           base = run_layout(ctx, s, Layout{}, batch, group, reference);
         });
         for (const Layout& l : list) {
           if (stopping()) break;
+          progress::next(fmt::format("layouts, batch {}: {}", batch, l.name()));
           LayoutOutcome o;
           watched(l.gpus(), "--layouts",
                   [&](RankGroup& group) { o = run_layout(ctx, s, l, batch, group, reference); });

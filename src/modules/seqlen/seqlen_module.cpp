@@ -12,6 +12,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/core/units.hpp"
@@ -103,11 +104,13 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
     run_attention(ctx, gpu, s, report);
 
     std::map<std::int64_t, std::vector<PointOutcome>> by_batch;
+    progress::expect(s.batch_sizes.size() * s.seq_lens.size());
     for (std::int64_t batch : s.batch_sizes) {
       bool out_of_memory = false;
       for (std::int64_t len : s.seq_lens) {
         if (Context::interrupted()) break;
         PointOutcome o;
+        progress::next(fmt::format("{} batch {} prompt {}", s.model.name, batch, len));
         if (out_of_memory) {  // longer prompts need more: skip without building the engine
           o.batch = batch;
           o.length = len;
@@ -115,7 +118,6 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
           o.note = "a shorter prompt of this batch did not fit in GPU memory";
           o.plan = point_memory_plan(s, batch, len, compute_capability_major(gpu));
         } else {
-          spdlog::info("seqlen: {} batch {} prompt {}", s.model.name, batch, len);
           try {
             o = run_point(ctx, gpu, s, batch, len);
           } catch (const OutOfMemoryError& e) {  // past the engine: a workspace, the graph

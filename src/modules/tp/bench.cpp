@@ -15,6 +15,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/observe.hpp"
 #include "tp.hpp"
@@ -183,8 +184,8 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         const int n = static_cast<int>(len);
         const bool prefill = phase == model::Phase::Prefill;
         if (self.rank == 0)
-          spdlog::info("tp: t={} {} batch {} {} {}", t, model::to_string(phase), batch,
-                       prefill ? "prompt" : "context", len);
+          progress::next(fmt::format("t={} {} batch {} {} {}", t, model::to_string(phase), batch,
+                                     prefill ? "prompt" : "context", len));
         // Prefill of `len` tokens; a decode step needs them in the cache first.
         const std::int32_t* ids = engine.tokens(b, n, 7, st);
         engine.prefill(ids, b, n, st);

@@ -11,6 +11,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/mpi.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
 #include "tp.hpp"
@@ -164,6 +165,8 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     }
     ReferenceLogits reference;
     std::map<int, std::vector<Outcome>> by_t;
+    progress::expect(degrees.size() * s.batch_sizes.size() *
+                     (s.seq_lens.size() + s.contexts.size()));
     for (int t : degrees) {
       if (stopping()) break;
       watched(t, [&](RankGroup& group) { by_t[t] = run_degree(ctx, s, t, group, reference); });
