@@ -54,7 +54,12 @@ std::size_t collective_alltoallv_elems(std::size_t count, int elem_bytes, int nr
 // Most ranks alltoallv's check supports (its split travels with the kernel's parameters).
 inline constexpr int kMaxAlltoallvRanks = 64;
 
-enum class CollectiveReduction { Sum, Prod, Min, Max, Avg };
+// MulSum is NCCL's PreMulSum with nccl-tests' scalars: rank r's input times
+// collective_mulsum_scalar(r) (1 on even ranks, 2 on odd ones), then summed.
+enum class CollectiveReduction { Sum, Prod, Min, Max, Avg, MulSum };
+__host__ __device__ inline double collective_mulsum_scalar(int rank) {
+  return rank % 2 == 0 ? 1.0 : 2.0;
+}
 
 // One rank's view of one collective call. `count` is the count passed to NCCL (per-rank slice
 // for all_gather, reduce_scatter, alltoall, gather and scatter; the mean per-peer count of

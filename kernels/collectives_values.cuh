@@ -8,7 +8,8 @@
 // chosen so that each partial result, in any order or grouping, is an integer within the range
 // the type holds exactly (floats: 2^(mantissa+1); integers: below the type's maximum, so sums
 // never wrap). sum and integer avg: values 1..m with m x nranks within that range (sparse 0/1
-// values when nranks exceeds it); prod: 1s with at most two 2s per element (product <= 4);
+// values when nranks exceeds it; mulsum the same within half the range, its scalars being 1 or
+// 2); prod: 1s with at most two 2s per element (product <= 4);
 // min/max: 1..16. Float avg is the one case NCCL rounds: it multiplies each input by 1/n rounded
 // to the type (ncclDevPreMulSum) or the exact sum by 1/n (symmetric kernels' SumPostDiv). Its
 // data is "two-hot": per element at most two ranks hold a power of two (1, 2 or 4), the others 0,
@@ -293,6 +294,11 @@ inline Plan make_plan(const CollectiveData& d) {
       case CollectiveReduction::Sum:
         p.scheme = Scheme::Dense;
         break;
+      case CollectiveReduction::MulSum:  // sums of values up to twice as large
+        p.scheme = Scheme::Dense;
+        p.dense_limit /= 2;
+        p.dense_max = std::min<std::uint64_t>(4, p.dense_limit / static_cast<std::uint64_t>(p.nranks));
+        break;
       case CollectiveReduction::Avg:
         p.scheme = p.floating ? Scheme::TwoHot : Scheme::Dense;
         break;
@@ -412,12 +418,18 @@ GPB_HOST_DEVICE double expected_value(const Plan& p, std::size_t j) {
   const std::uint64_t shared = shared_hash(p.seed, idx);
   if (src >= 0) return stored<T>(input_value(p, src, idx, shared));
 
-  double acc = stored<T>(input_value(p, 0, idx, shared));
-  for (int r = 1; r < n; ++r) {
+  // MulSum: each input times its rank's scalar (1 or 2: exact), then summed.
+  const auto term = [&](int r) {
     const double x = stored<T>(input_value(p, r, idx, shared));
+    return p.reduction == CollectiveReduction::MulSum ? x * collective_mulsum_scalar(r) : x;
+  };
+  double acc = term(0);
+  for (int r = 1; r < n; ++r) {
+    const double x = term(r);
     switch (p.reduction) {
       case CollectiveReduction::Sum:
       case CollectiveReduction::Avg:
+      case CollectiveReduction::MulSum:
         acc += x;
         break;
       case CollectiveReduction::Prod:

@@ -162,6 +162,8 @@ TEST(CliExamples, NcclTestsFlags) {
       "--collective alltoallv --skew 0.5",
       "-p 1 -I 1 -K 2 -N 1 -y 0 -C 0 -S 0 -R 0 -M 0 -u 0 -D 0 -V 16",
       "-d bfloat16 -o max -r 1",
+      "-o mulsum",
+      "-o all -d all",
       "--minbytes 1K --maxbytes 1M --stepfactor 4 --datatype half --agg_iters 2 --warmup_iters 1",
       "--nthreads 1 --ngpus 2 --blocking 2 --cudagraph 0 --average 3 --output_file out.json",
   };

@@ -283,14 +283,18 @@ TEST(AllreduceCollectives, ParseType) {
 
 TEST(AllreduceCollectives, ParseOp) {
   const auto& ops = all_ops();
-  ASSERT_EQ(ops.size(), 5u);
+  ASSERT_EQ(ops.size(), 6u);
   EXPECT_EQ(parse_op("sum").nccl, ncclSum);
+  // nccl-tests' PreMulSum, made per call: no fixed NCCL op.
+  EXPECT_EQ(parse_op("mulsum").nccl, ncclNumOps);
+  EXPECT_EQ(collective_mulsum_scalar(0), 1.0);
+  EXPECT_EQ(collective_mulsum_scalar(3), 2.0);
   EXPECT_EQ(parse_op("prod").nccl, ncclProd);
   EXPECT_EQ(parse_op("min").nccl, ncclMin);
   EXPECT_EQ(parse_op("MAX").nccl, ncclMax);
   EXPECT_EQ(parse_op("avg").nccl, ncclAvg);
   const std::string bad = error_of([] { parse_op("mean"); });
-  EXPECT_EQ(bad, "--op: 'mean' is not one of sum, prod, min, max, avg");
+  EXPECT_EQ(bad, "--op: 'mean' is not one of sum, prod, min, max, avg, mulsum");
 }
 
 TEST(AllreduceCollectives, ParseCollectives) {

@@ -44,6 +44,7 @@ T combine(CollectiveReduction r, T a, T b) {
   switch (r) {
     case CollectiveReduction::Sum:
     case CollectiveReduction::Avg:
+    case CollectiveReduction::MulSum:
       return add(a, b);
     case CollectiveReduction::Prod:
       return mul(a, b);
@@ -67,6 +68,9 @@ T replay(std::vector<T> xs, CollectiveReduction red, Order order, bool post_div)
   const bool float_avg = red == CollectiveReduction::Avg && !std::is_integral_v<T>;
   if (float_avg && !post_div)
     for (T& x : xs) x = mul(x, Elem<T>::from_double(inverse));
+  if (red == CollectiveReduction::MulSum)  // PreMulSum: each rank's scalar, in the type
+    for (int r = 0; r < n; ++r)
+      xs[r] = mul(xs[r], Elem<T>::from_double(collective_mulsum_scalar(r)));
   T acc = xs[0];
   switch (order) {
     case Order::Ring:
@@ -106,6 +110,27 @@ bool reduces(CollectiveLayout l) {
          l == CollectiveLayout::Reduce;
 }
 
+// Element j of alltoallv's output at rank d.rank: the sources' parts in rank order, each the
+// part of the source's input it addressed to this rank (after its parts for lower ranks).
+template <class T>
+T alltoallv_output(const std::vector<std::vector<T>>& inputs, const CollectiveData& d,
+                   std::size_t j) {
+  const int n = d.nranks;
+  const int bytes = collective_elem_bytes(d.elem);
+  const auto part = [&](int from, int to) {
+    return collective_alltoallv_elems(d.count, bytes, n, d.skew, ((to - from) % n + n) % n);
+  };
+  for (int src = 0; src < n; ++src) {
+    if (j < part(src, d.rank)) {
+      std::size_t offset = 0;
+      for (int k = 0; k < d.rank; ++k) offset += part(src, k);
+      return inputs[src][offset + j];
+    }
+    j -= part(src, d.rank);
+  }
+  return T{};
+}
+
 // Replays one collective for all ranks' inputs and checks the outputs of a few ranks.
 template <class T>
 void replay_collective(CollectiveElem elem, CollectiveLayout layout, CollectiveReduction red, int n,
@@ -118,6 +143,7 @@ void replay_collective(CollectiveElem elem, CollectiveLayout layout, CollectiveR
   base.root = n - 1;
   base.count = count;
   base.seed = 0x5EED + static_cast<std::uint64_t>(n);
+  base.skew = 0.7;  // alltoallv: an uneven split between even and the default
 
   std::vector<std::vector<T>> inputs(n);
   for (int r = 0; r < n; ++r) {
@@ -169,6 +195,15 @@ void replay_collective(CollectiveElem elem, CollectiveLayout layout, CollectiveR
           case CollectiveLayout::SendRecv:
             got = inputs[(me - 1 + n) % n][j];
             break;
+          case CollectiveLayout::Gather:
+            got = inputs[j / count][j % count];
+            break;
+          case CollectiveLayout::Scatter:
+            got = inputs[base.root][me * count + j];
+            break;
+          case CollectiveLayout::AllToAllV:
+            got = alltoallv_output<T>(inputs, d, j);
+            break;
         }
         const double want = expected_value<T>(p, j);
         if (!output_ok(as_double(got), want, p)) ++wrong;
@@ -187,13 +222,15 @@ void replay_all(CollectiveElem elem) {
   const CollectiveLayout layouts[] = {CollectiveLayout::AllReduce,     CollectiveLayout::AllGather,
                                       CollectiveLayout::ReduceScatter, CollectiveLayout::Broadcast,
                                       CollectiveLayout::Reduce,        CollectiveLayout::AllToAll,
-                                      CollectiveLayout::SendRecv};
+                                      CollectiveLayout::SendRecv,      CollectiveLayout::Gather,
+                                      CollectiveLayout::Scatter,       CollectiveLayout::AllToAllV};
   const CollectiveReduction reductions[] = {CollectiveReduction::Sum, CollectiveReduction::Prod,
                                             CollectiveReduction::Min, CollectiveReduction::Max,
-                                            CollectiveReduction::Avg};
+                                            CollectiveReduction::Avg, CollectiveReduction::MulSum};
   for (int n : {2, 3, 5, 8, 64, 130})
     for (CollectiveLayout layout : layouts)
       for (CollectiveReduction red : reductions) {
+        if (layout == CollectiveLayout::AllToAllV && n > kMaxAlltoallvRanks) break;
         SCOPED_TRACE(testing::Message() << "layout=" << static_cast<int>(layout)
                                         << " reduction=" << static_cast<int>(red));
         replay_collective<T>(elem, layout, red, n, 61);

@@ -29,8 +29,8 @@ const std::vector<DataType>& all_types();
 const DataType& parse_type(const std::string& name);  // InputError: "--type: 'x' is not one of ..."
 
 struct ReduceOp {
-  std::string name;  // "sum","prod","min","max","avg"
-  ncclRedOp_t nccl;
+  std::string name;  // "sum","prod","min","max","avg","mulsum"
+  ncclRedOp_t nccl;  // mulsum: ncclNumOps, a PreMulSum op is made for each call (as nccl-tests)
 };
 const std::vector<ReduceOp>& all_ops();
 const ReduceOp& parse_op(const std::string& name);  // InputError

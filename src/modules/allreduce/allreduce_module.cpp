@@ -98,7 +98,9 @@ class AllreduceModule final : public Module {
                    "int8, uint8, int32, uint32, int64, uint64, fp16, bf16, fp32, fp64, fp8_e4m3, "
                    "fp8_e5m2 (a list, nccl-tests' names too) or all")
         ->capture_default_str();
-    app.add_option("-o,--op", opts_.op, "sum, prod, min, max, avg (a list) or all")
+    app.add_option(
+           "-o,--op", opts_.op,
+           "sum, prod, min, max, avg, mulsum (PreMulSum, scalar 1 or 2 by rank) (a list) or all")
         ->capture_default_str();
     app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")
         ->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <cstring>
 
 #include "allreduce.hpp"
 #include "collectives.cuh"  // kMaxAlltoallvRanks
@@ -110,8 +112,9 @@ const DataType& parse_type(const std::string& name) {
 }
 
 const std::vector<ReduceOp>& all_ops() {
-  static const std::vector<ReduceOp> ops = {
-      {"sum", ncclSum}, {"prod", ncclProd}, {"min", ncclMin}, {"max", ncclMax}, {"avg", ncclAvg}};
+  static const std::vector<ReduceOp> ops = {{"sum", ncclSum}, {"prod", ncclProd},
+                                            {"min", ncclMin}, {"max", ncclMax},
+                                            {"avg", ncclAvg}, {"mulsum", ncclNumOps}};
   return ops;
 }
 
@@ -257,6 +260,66 @@ std::vector<Collective> parse_collectives(const std::string& list) {
 
 namespace {
 
+// The NCCL op of a call: the fixed ones as they are; mulsum a PreMulSum op with this rank's
+// scalar (collective_mulsum_scalar) in the element type, made for the call and destroyed after
+// it is queued (as nccl-tests does, so the time holds the same host work).
+class ScopedOp {
+ public:
+  ScopedOp(const ReduceOp& op, bool reduces, const DataType& t, int rank, ncclComm_t comm)
+      : nccl(op.nccl), comm_(comm) {
+    if (!reduces || op.nccl != ncclNumOps) return;
+    const double s = collective_mulsum_scalar(rank);
+    unsigned char scalar[8] = {};
+    fill_scalar(scalar, t, s);
+    GPB_NCCL_CHECK(ncclRedOpCreatePreMulSum(&nccl, scalar, t.nccl, ncclScalarHostImmediate, comm));
+    made_ = true;
+  }
+  ~ScopedOp() {
+    if (made_) (void)ncclRedOpDestroy(nccl, comm_);
+  }
+  ScopedOp(const ScopedOp&) = delete;
+  ScopedOp& operator=(const ScopedOp&) = delete;
+  operator ncclRedOp_t() const { return nccl; }
+  ncclRedOp_t nccl;
+
+ private:
+  // The scalar (1 or 2) in the element type's bits.
+  static void fill_scalar(unsigned char* out, const DataType& t, double s) {
+    const bool two = s == 2.0;
+    const auto put = [&](auto v) { std::memcpy(out, &v, sizeof v); };
+    switch (static_cast<int>(t.nccl)) {
+      case ncclInt8:
+        return put(static_cast<std::int8_t>(s));
+      case ncclUint8:
+        return put(static_cast<std::uint8_t>(s));
+      case ncclInt32:
+        return put(static_cast<std::int32_t>(s));
+      case ncclUint32:
+        return put(static_cast<std::uint32_t>(s));
+      case ncclInt64:
+        return put(static_cast<std::int64_t>(s));
+      case ncclUint64:
+        return put(static_cast<std::uint64_t>(s));
+      case ncclFloat16:
+        return put(static_cast<std::uint16_t>(two ? 0x4000 : 0x3C00));
+      case ncclBfloat16:
+        return put(static_cast<std::uint16_t>(two ? 0x4000 : 0x3F80));
+      case ncclFloat32:
+        return put(static_cast<float>(s));
+      case ncclFloat64:
+        return put(s);
+#if GPB_NCCL_HAS_FP8
+      case ncclFloat8e4m3:
+        return put(static_cast<std::uint8_t>(two ? 0x40 : 0x38));
+      case ncclFloat8e5m2:
+        return put(static_cast<std::uint8_t>(two ? 0x40 : 0x3C));
+#endif
+    }
+  }
+  ncclComm_t comm_;
+  bool made_ = false;
+};
+
 // gather and scatter: NCCL's own where the library has them (2.28+), else what nccl-tests does:
 // one send per rank to the root (gather) or from it (scatter), in one group.
 void issue_rooted_copy(Kind kind, const void* sendbuf, void* recvbuf, std::size_t count,
@@ -337,23 +400,24 @@ void issue_hypercube(const void* sendbuf, void* recvbuf, std::size_t count, cons
 }  // namespace
 
 void issue(const Collective& c, const void* sendbuf, void* recvbuf, std::size_t count,
-           const DataType& t, const ReduceOp& op, int root, ncclComm_t comm, int rank, int nranks,
-           cudaStream_t stream) {
+           const DataType& t, const ReduceOp& reduce_op, int root, ncclComm_t comm, int rank,
+           int nranks, cudaStream_t stream) {
+  const ScopedOp op(reduce_op, c.reduces, t, rank, comm);
   switch (c.kind) {
     case Kind::AllReduce:
-      GPB_NCCL_CHECK(ncclAllReduce(sendbuf, recvbuf, count, t.nccl, op.nccl, comm, stream));
+      GPB_NCCL_CHECK(ncclAllReduce(sendbuf, recvbuf, count, t.nccl, op, comm, stream));
       return;
     case Kind::AllGather:
       GPB_NCCL_CHECK(ncclAllGather(sendbuf, recvbuf, count, t.nccl, comm, stream));
       return;
     case Kind::ReduceScatter:
-      GPB_NCCL_CHECK(ncclReduceScatter(sendbuf, recvbuf, count, t.nccl, op.nccl, comm, stream));
+      GPB_NCCL_CHECK(ncclReduceScatter(sendbuf, recvbuf, count, t.nccl, op, comm, stream));
       return;
     case Kind::Broadcast:
       GPB_NCCL_CHECK(ncclBroadcast(sendbuf, recvbuf, count, t.nccl, root, comm, stream));
       return;
     case Kind::Reduce:
-      GPB_NCCL_CHECK(ncclReduce(sendbuf, recvbuf, count, t.nccl, op.nccl, root, comm, stream));
+      GPB_NCCL_CHECK(ncclReduce(sendbuf, recvbuf, count, t.nccl, op, root, comm, stream));
       return;
     case Kind::AllToAll: {
 #if GPB_NCCL_HAS_ALLTOALL

@@ -45,6 +45,7 @@ CollectiveElem elem_of(const DataType& t) {
 }
 
 CollectiveReduction reduction_of(const ReduceOp& op) {
+  if (op.nccl == ncclNumOps) return CollectiveReduction::MulSum;
   switch (static_cast<int>(op.nccl)) {
     case ncclSum:
       return CollectiveReduction::Sum;
