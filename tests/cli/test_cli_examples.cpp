@@ -134,11 +134,25 @@ TEST(CliExamples, DryRunTouchesNothingAndRefusesBadInput) {
 }
 
 // nccl-tests' own examples and flags, as its users type them: each accepted with its meaning,
-// or refused by name when gpubench does not do it (never taken with another meaning).
+// or refused by name when gpubench does not do it (never taken with another meaning). The
+// examples of nccl-tests' README and of alltoallv_perf's documentation come first, then every
+// flag of its README's argument list under its short and long names.
 TEST(CliExamples, NcclTestsFlags) {
   const char* const accepted[] = {
-      "-b 8 -e 128M -f 2 -g 8",  // nccl-tests README, one node
-      "-b 8 -e 8G -f 2 -g 1",    // nccl-tests README, under mpirun -np 64 -N 8
+      "-b 8 -e 128M -f 2 -g 8",                    // nccl-tests README, one node
+      "-b 8 -e 8G -f 2 -g 1",                      // nccl-tests README, under mpirun -np 64 -N 8
+      "--collective alltoallv -b 1M -e 32M -f 2",  // alltoallv_perf's examples
+      "--collective alltoallv --skew 0.0 -b 1M -e 32M -f 2",  // NCCL_TESTS_ALLTOALLV_SPREAD=0.0
+      "--nthreads 1 --ngpus 1 --minbytes 32M --maxbytes 32M --stepbytes 1M",
+      "-b 32M -e 32M -i 1M",
+      "--op all --datatype all --root all",
+      "-o sum -d float -r 0",
+      "-r -1 --collective broadcast,reduce,gather,scatter",
+      "--iters 20 --warmup_iters 1 --agg_iters 1 --run_cycles 1 --average 1",
+      "--per_iter_timing 1 --per_iter_skip 2",
+      "--parallel_init 0 --check 1 --blocking 0 --cudagraph 0 --report_cputime 0",
+      "--local_register 2 --device_implementation 0 --device_cta_count 16",
+      "--report_timestamps 1 --output_file out.json --timeout 30 --memory 1 --unalign 1",
       "-b 8 -e 128M -f 2 -t 2 -g 2",
       "-n 20 -w 5",
       "-m 4",

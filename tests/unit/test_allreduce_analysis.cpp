@@ -130,6 +130,54 @@ TEST(AllreduceSettings, NcclTestsFlagsMapped) {
   EXPECT_EQ(resolve_settings(Options{}, false).gpus_per_process, 0);
 }
 
+// The flags that came with registration, rank times and roots.
+TEST(AllreduceSettings, NcclTestsFlagsWithValues) {
+  Options o;
+  o.local_register = 2;
+  o.average = 1;
+  o.cta_policy = 1;
+  o.unalign = 3;
+  o.memory = 1;
+  o.report_timestamps = 1;
+  o.root = "all";
+  Settings s = resolve_settings(o, false);
+  EXPECT_EQ(s.registration, 2);
+  EXPECT_EQ(s.rank_time, 1);
+  EXPECT_EQ(s.cta_policy, 1);
+  EXPECT_EQ(s.unalign, 3);
+  EXPECT_TRUE(s.memory_report);
+  EXPECT_TRUE(s.timestamps);
+  EXPECT_TRUE(s.all_roots);
+  const auto j = s.to_json();
+  EXPECT_EQ(j["registration"], "symmetric windows");
+  EXPECT_EQ(j["rank_time"], "mean");
+  EXPECT_EQ(j["root"], "all");
+  // Defaults: no registration, the slowest rank, root 0.
+  s = resolve_settings(Options{}, false);
+  EXPECT_EQ(s.registration, 0);
+  EXPECT_EQ(s.rank_time, 3);
+  EXPECT_FALSE(s.all_roots);
+  EXPECT_EQ(s.root, 0);
+  EXPECT_EQ(s.to_json()["rank_time"], "slowest");
+  o = Options{};
+  o.root = "-1";  // nccl-tests' spelling of every root
+  EXPECT_TRUE(resolve_settings(o, false).all_roots);
+  o.root = " 3 ";
+  EXPECT_EQ(resolve_settings(o, false).root, 3);
+  for (const char* bad : {"-2", "x", "", "1.5"}) {
+    o.root = bad;
+    EXPECT_THROW(resolve_settings(o, false), InputError) << bad;
+  }
+  o = Options{};
+  o.skew = -0.1;
+  EXPECT_THROW(resolve_settings(o, false), InputError);
+  o.skew = 0.25;
+  o.collective = "alltoallv";
+  s = resolve_settings(o, false);
+  EXPECT_DOUBLE_EQ(s.collectives[0].skew, 0.25);
+  EXPECT_EQ(s.to_json()["alltoallv_skew"], 0.25);
+}
+
 TEST(AllreduceSettings, OpsPerIteration) {
   EXPECT_EQ(agg_for(8, 0), 20);
   EXPECT_EQ(agg_for(1 << 20, 0), 20);

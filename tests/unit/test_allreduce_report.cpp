@@ -123,3 +123,31 @@ TEST(AllreduceReport, CurveCutShortHasNoBandwidthHeadline) {
   EXPECT_EQ(r.find_headline("all_reduce_busbw_GBps"), nullptr);
   EXPECT_NE(r.find_headline("all_reduce_latency_us"), nullptr);
 }
+
+// -r all: a curve per root of a rooted collective, named with its root.
+TEST(AllreduceReport, EveryRootItsOwnCurve) {
+  const Collective* reduce = nullptr;
+  for (const Collective& c : all_collectives())
+    if (c.name == "reduce") reduce = &c;
+  ASSERT_NE(reduce, nullptr);
+  std::vector<Row> rows;
+  for (int root : {0, 1})
+    for (std::uint64_t size : {1u << 20, 1u << 28}) {
+      Row r = row(size, 10);
+      r.collective = reduce;
+      r.root = root;
+      rows.push_back(r);
+    }
+  Report out;
+  RunFacts facts;
+  facts.nranks = 4;
+  facts.all_roots = true;
+  build_report(out, rows, facts);
+  int root0 = 0, root1 = 0;
+  for (const auto& c : out.results) {
+    root0 += c.group == "reduce fp32 sum root 0";
+    root1 += c.group == "reduce fp32 sum root 1";
+  }
+  EXPECT_EQ(root0, 2);
+  EXPECT_EQ(root1, 2);
+}

@@ -102,7 +102,8 @@ class AllreduceModule final : public Module {
            "-o,--op", opts_.op,
            "sum, prod, min, max, avg, mulsum (PreMulSum, scalar 1 or 2 by rank) (a list) or all")
         ->capture_default_str();
-    app.add_option("-r,--root", opts_.root, "Root rank of broadcast and reduce")
+    app.add_option("-r,--root", opts_.root,
+                   "Root rank of broadcast, reduce, gather, scatter, or all (-1): each in turn")
         ->capture_default_str();
     app.add_option("-b,--min-bytes,--minbytes", opts_.min_bytes, "Smallest message (default 8)");
     app.add_option("-e,--max-bytes,--maxbytes", opts_.max_bytes,
@@ -232,7 +233,7 @@ class AllreduceModule final : public Module {
     if (n < 2)
       throw InputError(
           fmt::format("--split {} leaves groups of 1 rank ({} ranks)", s.split, world));
-    if (s.root >= n)
+    if (!s.all_roots && s.root >= n)
       throw InputError(fmt::format("--root {} is outside the group of {} ranks", s.root, n));
     for (auto it = s.collectives.begin(); it != s.collectives.end();) {
       const std::string why = cannot_run(*it, n);
@@ -285,6 +286,7 @@ class AllreduceModule final : public Module {
     RunFacts facts;
     facts.nranks = n;
     facts.groups = s.split;
+    facts.all_roots = s.all_roots;
     link_peak(ctx.system(), world_gpus, facts);
     r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
@@ -417,6 +419,7 @@ class AllreduceModule final : public Module {
                         const ReduceOp& op, Row& row, bool in_place) {
     const Settings& s = z.s;
     PlaceResult& pr = in_place ? row.in_place : row.out_of_place;
+    const int root = std::max(row.root, 0);
     // In place, alltoall(v) and sendrecv overwrite input not yet sent (each rank's buffer is
     // another's source): the output is undefined and cannot be checked, so they are not run.
     if (in_place && !in_place_defined(c)) {
@@ -437,7 +440,7 @@ class AllreduceModule final : public Module {
     try {
       init_send(c, const_cast<void*>(send), count, t, op, z.grank, z.n, 0x5eed + row.size, stream);
       auto one_op = [&](cudaStream_t st) {
-        issue(c, send, recv, count, t, op, s.root, z.comm.get(), z.grank, z.n, st);
+        issue(c, send, recv, count, t, op, root, z.comm.get(), z.grank, z.n, st);
       };
       CudaGraph graph;
       if (s.cuda_graph) {
@@ -482,7 +485,7 @@ class AllreduceModule final : public Module {
         one_op(stream);
         done.record(stream);
         wait_for(done, s.timeout_s, what.c_str());
-        wrong += count_wrong(c, recv, count, t, op, s.root, z.grank, z.n, seed, stream);
+        wrong += count_wrong(c, recv, count, t, op, root, z.grank, z.n, seed, stream);
       }
       const auto all = z.group.all_gather(z.self.rank, static_cast<double>(wrong));
       double total = 0;
@@ -507,43 +510,53 @@ class AllreduceModule final : public Module {
     const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
     std::uint64_t peak = after_buffers;
     const SizeRun z{self, group, comm, s, mo, buffers, n, grank};
+    // A rooted collective runs from its root, or (-r all) from each rank in turn.
+    const auto roots_of = [&](const Collective& c) {
+      std::vector<int> roots;
+      for (int r = 0; r < (c.rooted && s.all_roots ? n : 1); ++r)
+        roots.push_back(!c.rooted ? -1 : (s.all_roots ? r : s.root));
+      return roots;
+    };
     std::size_t cases = 0;
     for (const Collective& c : s.collectives)
-      cases += s.types.size() * (c.reduces ? s.ops.size() : 1) * sizes.size();
+      cases += s.types.size() * (c.reduces ? s.ops.size() : 1) * roots_of(c).size() * sizes.size();
     if (self.rank == 0) progress::expect(cases);
     for (const Collective& c : s.collectives) {
       for (const DataType& t : s.types) {
         const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
         for (const ReduceOp& op : ops) {
-          for (std::uint64_t size : sizes) {
-            // Every rank stops at the same size: one that stopped alone would leave the
-            // others waiting in the collective.
-            if (group.any(self.rank, Context::interrupted())) return;
-            const std::size_t count = c.count_for(size, t.bytes, n);
-            if (self.rank == 0)
-              progress::next(fmt::format("{} {} {} {}", c.name, format_bytes(size), t.name,
-                                         c.reduces ? op.name : ""));
-            if (count == 0) continue;
-            Row row;
-            row.collective = &c;
-            row.type = t.name;
-            row.op = c.reduces ? op.name : "none";
-            row.type_bytes = t.bytes;
-            row.root = c.rooted ? s.root : -1;
-            row.size = c.size_for(count, t.bytes, n);
-            row.count = count;
-            row.sweep_end = size == sizes.back();
-            for (bool in_place : {false, true})
-              if (in_place ? s.in_place : s.out_of_place) run_place(z, c, t, op, row, in_place);
-            if (s.timestamps) row.timestamp = utc_now();
-            if (s.memory_report) peak = std::max(peak, used_bytes());
-            if (self.rank == 0) {
-              spdlog::debug("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
-                            t.name, row.op,
-                            row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
-                                                      : row.in_place.per_op.median * 1e6);
-              rows.push_back(row);
-              publish();
+          for (const int root : roots_of(c)) {
+            for (std::uint64_t size : sizes) {
+              // Every rank stops at the same size: one that stopped alone would leave the
+              // others waiting in the collective.
+              if (group.any(self.rank, Context::interrupted())) return;
+              const std::size_t count = c.count_for(size, t.bytes, n);
+              if (self.rank == 0)
+                progress::next(fmt::format("{} {} {} {}{}", c.name, format_bytes(size), t.name,
+                                           c.reduces ? op.name : "",
+                                           root >= 0 ? fmt::format(" root {}", root) : ""));
+              if (count == 0) continue;
+              Row row;
+              row.collective = &c;
+              row.type = t.name;
+              row.op = c.reduces ? op.name : "none";
+              row.type_bytes = t.bytes;
+              row.root = root;
+              row.size = c.size_for(count, t.bytes, n);
+              row.count = count;
+              row.sweep_end = size == sizes.back();
+              for (bool in_place : {false, true})
+                if (in_place ? s.in_place : s.out_of_place) run_place(z, c, t, op, row, in_place);
+              if (s.timestamps) row.timestamp = utc_now();
+              if (s.memory_report) peak = std::max(peak, used_bytes());
+              if (self.rank == 0) {
+                spdlog::debug("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
+                              t.name, row.op,
+                              row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
+                                                        : row.in_place.per_op.median * 1e6);
+                rows.push_back(row);
+                publish();
+              }
             }
           }
         }

@@ -17,10 +17,13 @@ double algbw_GBps(std::uint64_t size, double seconds) {
   return seconds > 0 ? static_cast<double>(size) / seconds / 1e9 : std::nan("");
 }
 
-// "all_reduce fp32 sum": the rows of one curve.
-std::string series_key(const Row& r) {
-  return r.collective->reduces ? fmt::format("{} {} {}", r.collective->name, r.type, r.op)
-                               : fmt::format("{} {}", r.collective->name, r.type);
+// "all_reduce fp32 sum": the rows of one curve ("reduce fp32 sum root 2" when every root ran).
+std::string series_key(const Row& r, const RunFacts& facts) {
+  std::string key = r.collective->reduces
+                        ? fmt::format("{} {} {}", r.collective->name, r.type, r.op)
+                        : fmt::format("{} {}", r.collective->name, r.type);
+  if (facts.all_roots && r.root >= 0) key += fmt::format(" root {}", r.root);
+  return key;
 }
 
 void add_place(CaseResult& c, const PlaceResult& p, const Row& r, int nranks, const char* suffix) {
@@ -106,7 +109,7 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
   std::vector<std::string> order;
   std::map<std::string, std::vector<const Row*>> by_series;
   for (const Row& row : rows) {
-    const std::string key = series_key(row);
+    const std::string key = series_key(row, facts);
     if (!by_series.count(key)) order.push_back(key);
     by_series[key].push_back(&row);
   }
@@ -114,7 +117,7 @@ void build_report(Report& r, const std::vector<Row>& rows, const RunFacts& facts
   // One table per curve, in nccl-tests' columns (out-of-place, then in-place with "_ip").
   for (const Row& row : rows) {
     CaseResult c;
-    c.group = series_key(row);
+    c.group = series_key(row, facts);
     c.name = format_bytes_short(row.size);
     c.params = {{"size", row.size},
                 {"count", row.count},

@@ -43,6 +43,7 @@ struct RunFacts {
   int groups = 1;             // --split
   double link_peak_GBps = 0;  // per GPU and direction (NVLink links x rate, else PCIe), 0 unknown
   std::string link_name;      // "NVLink x18", "PCIe", ...
+  bool all_roots = false;     // -r all: a curve per root of the rooted collectives
 };
 
 // Fills tables, sweeps, the comparison, headline keys and the failure status into `r`.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
@@ -109,8 +110,16 @@ Settings resolve_settings(const Options& o, bool quick) {
                                         [](const std::string& n) { return parse_type(n); });
   s.ops = parse_list_or_all<ReduceOp>(o.op, all_ops(),
                                       [](const std::string& n) { return parse_op(n); });
-  if (o.root < 0) throw InputError(fmt::format("--root {} is negative", o.root));
-  s.root = o.root;
+  const std::string root = trim(o.root);
+  if (root == "all" || root == "-1") {
+    s.all_roots = true;
+  } else {
+    char* end = nullptr;
+    const long v = std::strtol(root.c_str(), &end, 10);
+    if (root.empty() || *end != '\0' || v < 0 || v > 1 << 20)
+      throw InputError(fmt::format("--root '{}': a rank (0, 1, ...) or all", o.root));
+    s.root = static_cast<int>(v);
+  }
   s.min_bytes = parse_size_option("--min-bytes", o.min_bytes, 8);
   s.max_bytes =
       parse_size_option("--max-bytes", o.max_bytes, quick ? (256ull << 20) : (8ull << 30));
@@ -165,7 +174,10 @@ nlohmann::ordered_json Settings::to_json() const {
   names.clear();
   for (const auto& op : ops) names.push_back(op.name);
   j["ops"] = names;
-  j["root"] = root;
+  if (all_roots)
+    j["root"] = "all";
+  else
+    j["root"] = root;
   for (const auto& c : collectives)
     if (c.kind == Kind::AllToAllV) j["alltoallv_skew"] = c.skew;
   j["min_bytes"] = min_bytes;

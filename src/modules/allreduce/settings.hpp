@@ -14,7 +14,7 @@ struct Options {
   std::string collective = "all_reduce";  // list or "all"
   std::string type = "fp32";              // list or "all"
   std::string op = "sum";                 // list or "all"
-  int root = 0;
+  std::string root = "0";  // a rank, or "all" (nccl-tests' -r -1): every rank in turn
   double skew = 1;  // alltoallv's uneven split (nccl-tests' NCCL_TESTS_ALLTOALLV_SPREAD)
   std::string min_bytes, max_bytes;  // defaults depend on --quick
   double step_factor = 2.0;
@@ -43,6 +43,7 @@ struct Settings {
   std::vector<DataType> types;
   std::vector<ReduceOp> ops;
   int root = 0;
+  bool all_roots = false;  // -r all / -r -1
   std::uint64_t min_bytes = 0, max_bytes = 0, step_bytes = 0;
   double step_factor = 2;
   int agg_iters = 0;
