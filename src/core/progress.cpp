@@ -126,7 +126,7 @@ void next(const std::string& what) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     current = ++s.current;
-    total = std::max(s.total, current);
+    total = s.total == 0 ? 0 : std::max(s.total, current);  // 0: not known
   }
   step(current, total, what);
 }

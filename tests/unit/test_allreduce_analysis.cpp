@@ -169,6 +169,12 @@ TEST(AllreduceSettings, NcclTestsFlagsWithValues) {
     EXPECT_THROW(resolve_settings(o, false), InputError) << bad;
   }
   o = Options{};
+  EXPECT_EQ(resolve_settings(o, false).cycles, 1);
+  o.run_cycles = 0;  // until stopped
+  EXPECT_EQ(resolve_settings(o, false).cycles, 0);
+  o.run_cycles = 3;
+  EXPECT_EQ(resolve_settings(o, false).to_json()["cycles"], 3);
+  o = Options{};
   o.skew = -0.1;
   EXPECT_THROW(resolve_settings(o, false), InputError);
   o.skew = 0.25;

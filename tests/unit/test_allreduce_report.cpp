@@ -151,3 +151,28 @@ TEST(AllreduceReport, EveryRootItsOwnCurve) {
   EXPECT_EQ(root0, 2);
   EXPECT_EQ(root1, 2);
 }
+
+// -N 2: each sweep its own curves; the headline comes from the first.
+TEST(AllreduceReport, EachCycleItsOwnCurve) {
+  std::vector<Row> rows;
+  for (int cycle : {1, 2})
+    for (std::uint64_t size : {1u << 20, 1u << 28}) {
+      Row r = row(size, cycle == 1 ? 10 : 20);
+      r.cycle = cycle;
+      rows.push_back(r);
+    }
+  Report out;
+  RunFacts facts;
+  facts.nranks = 4;
+  build_report(out, rows, facts);
+  int first = 0, second = 0;
+  for (const auto& c : out.results) {
+    first += c.group == "all_reduce fp32 sum cycle 1";
+    second += c.group == "all_reduce fp32 sum cycle 2";
+  }
+  EXPECT_EQ(first, 2);
+  EXPECT_EQ(second, 2);
+  const Metric* latency = out.find_headline("all_reduce_latency_us");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_NEAR(latency->value, 10.0, 1e-9);
+}

@@ -18,7 +18,7 @@ void begin(const std::string& module);
 // before it as done. Thread-safe. A total of 0 shows the count alone.
 void step(std::size_t current, std::size_t total, const std::string& what);
 // The same, counting for the module: expect(total) once (or again when the count is known
-// better), then next(what) as each case starts.
+// better; 0: not known, the count alone), then next(what) as each case starts.
 void expect(std::size_t total);
 void next(const std::string& what);
 // The module ended: the status line is cleared (its tables come next).

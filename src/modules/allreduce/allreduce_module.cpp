@@ -139,7 +139,8 @@ class AllreduceModule final : public Module {
     flag("-g,--ngpus", opts_.ngpus, "GPUs per thread: -t x -g GPUs of this process");
     flag("-n", opts_.iters, "Timed iterations per size (instead of the noise rule)");
     flag("-w,--warmup_iters", opts_.warmup_iters, "Untimed iterations per size");
-    flag("-N,--run_cycles", opts_.run_cycles, "Sweeps (1)");
+    flag("-N,--run_cycles", opts_.run_cycles,
+         "Sweeps, each reported as its own curves (default 1; 0: until Ctrl-C or SIGTERM)");
     flag("-p,--parallel_init", opts_.parallel_init, "0/1 (ranks are always set up in parallel)");
     flag("-z,--blocking", opts_.blocking_mode,
          "0 none, 1 wait and barrier after each op, 2 wait after each op, 3 per iteration");
@@ -497,9 +498,69 @@ class AllreduceModule final : public Module {
     }
   }
 
-  // Everything one rank does: for each collective, type, op and size, time out-of-place and
-  // in-place, then verify. Rank 0 records the rows (the measurement is the same on every rank)
-  // and publishes the report so far after each. -M: the memory each stage took, max over ranks.
+  // A rooted collective runs from its root, or (-r all) from each rank in turn; -1: no root.
+  static std::vector<int> roots_of(const Collective& c, const Settings& s, int n) {
+    std::vector<int> roots;
+    for (int r = 0; r < (c.rooted && s.all_roots ? n : 1); ++r)
+      roots.push_back(!c.rooted ? -1 : (s.all_roots ? r : s.root));
+    return roots;
+  }
+
+  // One rank's sweep over every collective, type, op, root and size (cycle: -N's count, 0 when
+  // there is one sweep). Rank 0 records the rows (the measurement is the same on every rank) and
+  // publishes the report so far after each. False when the run was asked to stop.
+  static bool run_sweep(const SizeRun& z, const std::vector<std::uint64_t>& sizes, int cycle,
+                        std::vector<Row>& rows, std::uint64_t& peak,
+                        const std::function<void()>& publish) {
+    const Settings& s = z.s;
+    const bool lead = z.self.rank == 0;
+    for (const Collective& c : s.collectives) {
+      for (const DataType& t : s.types) {
+        const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
+        for (const ReduceOp& op : ops) {
+          for (const int root : roots_of(c, s, z.n)) {
+            for (std::uint64_t size : sizes) {
+              // Every rank stops at the same size: one that stopped alone would leave the
+              // others waiting in the collective.
+              if (z.group.any(z.self.rank, Context::interrupted())) return false;
+              const std::size_t count = c.count_for(size, t.bytes, z.n);
+              if (lead)
+                progress::next(fmt::format("{} {} {} {}{}{}", c.name, format_bytes(size), t.name,
+                                           c.reduces ? op.name : "",
+                                           root >= 0 ? fmt::format(" root {}", root) : "",
+                                           cycle > 0 ? fmt::format(" (cycle {})", cycle) : ""));
+              if (count == 0) continue;
+              Row row;
+              row.collective = &c;
+              row.type = t.name;
+              row.op = c.reduces ? op.name : "none";
+              row.type_bytes = t.bytes;
+              row.root = root;
+              row.size = c.size_for(count, t.bytes, z.n);
+              row.count = count;
+              row.sweep_end = size == sizes.back();
+              row.cycle = cycle;
+              for (bool in_place : {false, true})
+                if (in_place ? s.in_place : s.out_of_place) run_place(z, c, t, op, row, in_place);
+              if (s.timestamps) row.timestamp = utc_now();
+              if (s.memory_report) peak = std::max(peak, used_bytes());
+              if (!lead) continue;
+              spdlog::debug("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
+                            t.name, row.op,
+                            row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
+                                                      : row.in_place.per_op.median * 1e6);
+              rows.push_back(row);
+              publish();
+            }
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // Everything one rank does: its buffers, then -N sweeps (0: until stopped). -M: the memory
+  // each stage took, max over ranks.
   static void run_rank(Rank& self, RankGroup& group, NcclComm& comm, const Settings& s,
                        const std::vector<std::uint64_t>& sizes, std::uint64_t buffer_bytes,
                        const MeasureOptions& mo, int n, int grank, std::uint64_t before_init,
@@ -510,58 +571,13 @@ class AllreduceModule final : public Module {
     const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
     std::uint64_t peak = after_buffers;
     const SizeRun z{self, group, comm, s, mo, buffers, n, grank};
-    // A rooted collective runs from its root, or (-r all) from each rank in turn.
-    const auto roots_of = [&](const Collective& c) {
-      std::vector<int> roots;
-      for (int r = 0; r < (c.rooted && s.all_roots ? n : 1); ++r)
-        roots.push_back(!c.rooted ? -1 : (s.all_roots ? r : s.root));
-      return roots;
-    };
     std::size_t cases = 0;
     for (const Collective& c : s.collectives)
-      cases += s.types.size() * (c.reduces ? s.ops.size() : 1) * roots_of(c).size() * sizes.size();
-    if (self.rank == 0) progress::expect(cases);
-    for (const Collective& c : s.collectives) {
-      for (const DataType& t : s.types) {
-        const std::vector<ReduceOp> ops = c.reduces ? s.ops : std::vector<ReduceOp>{s.ops.front()};
-        for (const ReduceOp& op : ops) {
-          for (const int root : roots_of(c)) {
-            for (std::uint64_t size : sizes) {
-              // Every rank stops at the same size: one that stopped alone would leave the
-              // others waiting in the collective.
-              if (group.any(self.rank, Context::interrupted())) return;
-              const std::size_t count = c.count_for(size, t.bytes, n);
-              if (self.rank == 0)
-                progress::next(fmt::format("{} {} {} {}{}", c.name, format_bytes(size), t.name,
-                                           c.reduces ? op.name : "",
-                                           root >= 0 ? fmt::format(" root {}", root) : ""));
-              if (count == 0) continue;
-              Row row;
-              row.collective = &c;
-              row.type = t.name;
-              row.op = c.reduces ? op.name : "none";
-              row.type_bytes = t.bytes;
-              row.root = root;
-              row.size = c.size_for(count, t.bytes, n);
-              row.count = count;
-              row.sweep_end = size == sizes.back();
-              for (bool in_place : {false, true})
-                if (in_place ? s.in_place : s.out_of_place) run_place(z, c, t, op, row, in_place);
-              if (s.timestamps) row.timestamp = utc_now();
-              if (s.memory_report) peak = std::max(peak, used_bytes());
-              if (self.rank == 0) {
-                spdlog::debug("allreduce: {} {} {} {}: {:.2f} us", c.name, format_bytes(row.size),
-                              t.name, row.op,
-                              row.out_of_place.measured ? row.out_of_place.per_op.median * 1e6
-                                                        : row.in_place.per_op.median * 1e6);
-                rows.push_back(row);
-                publish();
-              }
-            }
-          }
-        }
-      }
-    }
+      cases +=
+          s.types.size() * (c.reduces ? s.ops.size() : 1) * roots_of(c, s, n).size() * sizes.size();
+    if (self.rank == 0) progress::expect(cases * static_cast<std::size_t>(s.cycles));
+    for (int cycle = 1; s.cycles == 0 || cycle <= s.cycles; ++cycle)
+      if (!run_sweep(z, sizes, s.cycles == 1 ? 0 : cycle, rows, peak, publish)) break;
     if (!s.memory_report) return;
     const auto most = [&](std::uint64_t to, std::uint64_t from) {
       const double grew = std::max(0.0, static_cast<double>(to) - static_cast<double>(from));

@@ -23,6 +23,7 @@ std::string series_key(const Row& r, const RunFacts& facts) {
                         ? fmt::format("{} {} {}", r.collective->name, r.type, r.op)
                         : fmt::format("{} {}", r.collective->name, r.type);
   if (facts.all_roots && r.root >= 0) key += fmt::format(" root {}", r.root);
+  if (r.cycle > 0) key += fmt::format(" cycle {}", r.cycle);
   return key;
 }
 

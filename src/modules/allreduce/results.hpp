@@ -35,6 +35,7 @@ struct Row {
   PlaceResult out_of_place, in_place;
   bool sweep_end = false;  // the sweep's largest size: its curve ran to the end
   std::string timestamp;   // -S: when the row finished (UTC, ISO 8601), else empty
+  int cycle = 0;           // -N: which sweep (from 1), 0 when there is one
 };
 
 // Everything the report needs besides the rows.

@@ -38,7 +38,9 @@ void nccl_flags(const Options& o, Settings& s) {
   s.warmup = o.warmup_iters;
   if (o.per_iter_skip < -1) throw InputError("-K must be at least 0");
   if (o.per_iter_skip > 0) s.warmup = std::max(s.warmup, 0) + o.per_iter_skip;
-  if (o.run_cycles != -1 && o.run_cycles != 1) refuse("-N", o.run_cycles, "repeating the sweep");
+  if (o.run_cycles < -1)
+    throw InputError(fmt::format("-N {}: at least 0 (0: until stopped)", o.run_cycles));
+  if (o.run_cycles >= 0) s.cycles = o.run_cycles;
   if (o.parallel_init >= 0)
     s.notes.push_back("-p: gpubench always sets up its ranks in parallel (a thread each)");
   switch (o.blocking_mode) {
@@ -204,6 +206,7 @@ nlohmann::ordered_json Settings::to_json() const {
   j["rank_time"] = kRankTime[rank_time];
   if (timestamps) j["timestamps"] = true;
   if (memory_report) j["memory_report"] = true;
+  if (cycles != 1) j["cycles"] = cycles;
   j["split"] = split;
   j["timeout_s"] = timeout_s;
   return j;

@@ -60,6 +60,7 @@ struct Settings {
   int cta_policy = -1;             // -x: ncclConfig_t::CTAPolicy (-1: NCCL's choice)
   int unalign = 0;                 // -u: buffers start this many elements past an alignment
   int rank_time = 3;               // -a: 0 rank 0's time, 1 mean, 2 fastest, 3 slowest rank's
+  int cycles = 1;                  // -N: sweeps, each its own curves (0: until stopped)
   bool timestamps = false;         // -S: each row's finishing time
   bool memory_report = false;      // -M: device memory used by NCCL, the buffers, the run
   std::vector<std::string> notes;  // nccl-tests flags taken with another meaning, and why
