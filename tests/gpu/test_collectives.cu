@@ -22,6 +22,7 @@
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/nccl_compat.hpp"
 #include "gpubench/core/ranks.hpp"
+#include "gpubench/parallel/collectives.hpp"
 
 using namespace gpubench;
 using namespace gpubench::allreduce;
@@ -401,6 +402,40 @@ TEST(CollectiveNccl, EveryCollectiveAcrossGpus) {
     for (const DataType& t : all_types())
       if (t.name == "fp8_e4m3" || t.name == "fp8_e5m2") types.push_back(&t);
   every_collective_through_nccl(n, types, NcclRegistration::None);
+}
+
+// allreduce --impl one-shot: the one-shot kernel's in-place bf16 and fp16 sums across every
+// visible GPU (2 to 8, peer access between each pair), checked by the collective check.
+TEST(CollectiveNccl, OneShotAllReduceChecked) {
+  const int n = visible_device_count();
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  if (n > kOneShotMaxRanks) GTEST_SKIP() << "the one-shot kernel takes at most 8 ranks";
+  std::vector<int> devices(n);
+  std::iota(devices.begin(), devices.end(), 0);
+  const std::size_t max_count = std::size_t{1} << 20;
+  parallel::OneShotGroup shots(devices, max_count * 2);
+  if (!shots.peers_ok()) GTEST_SKIP() << "no peer access between some pair of GPUs";
+  const Collective& ar = all_collectives().front();
+  RankGroup group(devices);
+  group.run([&](Rank& self) {
+    cudaStream_t stream = self.stream->get();
+    DeviceBuffer data(self.device, max_count * 2);
+    std::uint64_t seed = 500;
+    for (const char* type : {"bf16", "fp16"})
+      for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{4097}, max_count}) {
+        const DataType& t = parse_type(type);
+        ++seed;
+        init_send(ar, data.get(), count, t, parse_op("sum"), self.rank, n, seed, stream);
+        group.barrier();
+        one_shot_all_reduce(data.get(), static_cast<std::int64_t>(count), shots.peers(self.rank),
+                            t.name == "bf16" ? ActDtype::BF16 : ActDtype::F16, stream);
+        EXPECT_EQ(count_wrong(ar, data.get(), count, t, parse_op("sum"), 0, self.rank, n, seed,
+                              stream),
+                  0u)
+            << type << " count=" << count << " rank=" << self.rank;
+        EXPECT_FALSE(shots.timed_out(self.rank));
+      }
+  });
 }
 
 // allreduce -R 1 and -R 2: ncclMemAlloc buffers registered with the communicator (locally, and

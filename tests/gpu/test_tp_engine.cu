@@ -422,8 +422,8 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
     std::vector<Outputs> got(static_cast<std::size_t>(t)), overlapped = got, copied = got;
     std::vector<std::int64_t> copied_count(static_cast<std::size_t>(t)), shot_count = copied_count;
     std::vector<Outputs> shot(static_cast<std::size_t>(t));
-    tp::CopyEngineGroup copies(devices, std::size_t{1} << 20);
-    tp::OneShotGroup shots(devices, tp::OneShotTpCollectives::kMaxBytes);
+    parallel::CopyEngineGroup copies(devices, std::size_t{1} << 20);
+    parallel::OneShotGroup shots(devices, parallel::OneShotCollectives::kMaxBytes);
     ncclUniqueId id{};
     RankGroup group(devices);
     group.run([&](Rank& self) {
@@ -431,7 +431,7 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
       group.broadcast(self.rank, &id, sizeof(id));
       NcclComm comm(id, t, self.rank);
       Transformer part(m, options(t, self.rank, sp), self.device);
-      tp::NcclTpCollectives c(comm.get());
+      parallel::NcclCollectives c(comm.get());
       part.set_collectives(&c);
       got[static_cast<std::size_t>(self.rank)] = run_steps(part, self.stream->get());
       if (!sp) {  // and the prefill in t overlap chunks, every chunk's all-reduce overlapped
@@ -442,14 +442,14 @@ TEST(TpEngine, NcclAcrossGpusEqualsTp1) {
       }
       // Through the copy engines (every message, however small; NCCL only for the decode
       // graph's capture), overlapped as above without sequence parallelism.
-      tp::CopyEngineTpCollectives ce(copies, self.rank, c, /*min_bytes=*/0);
+      parallel::CopyEngineCollectives ce(copies, self.rank, c, /*min_bytes=*/0);
       Transformer part_ce(m, options(t, self.rank, sp, sp ? 1 : t), self.device);
       part_ce.set_collectives(&ce);
       copied[static_cast<std::size_t>(self.rank)] = run_steps(part_ce, self.stream->get(), 1);
       copied_count[static_cast<std::size_t>(self.rank)] = ce.copied();
       // The all-reduces through the one-shot kernel (the decode graph's too).
       if (!sp) {
-        tp::OneShotTpCollectives os(shots, self.rank, c);
+        parallel::OneShotCollectives os(shots, self.rank, c);
         Transformer part_os(m, options(t, self.rank), self.device);
         part_os.set_collectives(&os);
         shot[static_cast<std::size_t>(self.rank)] = run_steps(part_os, self.stream->get(), 1);
@@ -501,7 +501,7 @@ TEST(TpEngine, OneShotAllReduceSumsExactly) {
     if (t > n) continue;
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
-    tp::OneShotGroup shots(devices, std::size_t{64} << 10);
+    parallel::OneShotGroup shots(devices, std::size_t{64} << 10);
     if (!shots.peers_ok()) GTEST_SKIP() << "no peer access between the GPUs";
     constexpr int kCalls = 3, kReplays = 3;
     // Packs of 8 and any length, in 1, 2, 8 and 16 blocks (a slot holds 32768): calls of

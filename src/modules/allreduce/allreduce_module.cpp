@@ -21,6 +21,7 @@
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/runner.hpp"  // utc_now
 #include "gpubench/core/units.hpp"
+#include "gpubench/parallel/collectives.hpp"
 #include "results.hpp"
 #include "settings.hpp"
 
@@ -89,6 +90,10 @@ class AllreduceModule final : public Module {
     app.add_option("--collective", opts_.collective,
                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, "
                    "gather, scatter, alltoallv, hypercube (a list) or all")
+        ->capture_default_str();
+    app.add_option("--impl", opts_.impl,
+                   "nccl, or one-shot: gpubench's one-kernel all-reduce for small messages (bf16 "
+                   "or fp16 sums in place, up to 8 GPUs with peer access)")
         ->capture_default_str();
     app.add_option("--skew", opts_.skew,
                    "alltoallv: 0 splits each rank's data evenly, 1 sends nothing to itself and "
@@ -185,47 +190,11 @@ class AllreduceModule final : public Module {
     quick_ = ctx.quick();
     Settings s = resolve_settings(opts_, ctx.quick());
     const ProcessInfo& proc = process_info();
-    // NCCL reduces fp8 only on sm_90 and newer: leave fp8 out when a selected GPU is older.
-    bool fp8_ok = true;
-    for (int g : ctx.gpus()) {
-      const GpuInfo* info = ctx.system().gpu(g);
-      fp8_ok = fp8_ok && info && info->cc_major >= 9;
-    }
     Report pre;
     for (const auto& n : s.notes) pre.warn(n);
-    if (s.registration == 2 && !nccl_has_symmetric_windows()) {
-      pre.warn(fmt::format("-R 2: symmetric windows need NCCL 2.27 or later (running {}): -R 1",
-                           nccl_library_version()));
-      s.registration = 1;
-    }
-    if (!fp8_ok) {
-      const auto before = s.types.size();
-      s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
-                                   [](const DataType& t) { return t.name.rfind("fp8", 0) == 0; }),
-                    s.types.end());
-      if (s.types.size() != before)
-        pre.warn("fp8 types left out: they need compute capability 9.0 or newer");
-      if (s.types.empty())
-        throw InputError("--type: fp8 needs GPUs of compute capability 9.0 or newer");
-    }
-
-    // Ranks: this process's GPU under MPI, every selected GPU otherwise.
-    std::unique_ptr<RankGroup> group;
+    fit_to_machine(ctx, s, pre);
     std::vector<int> world_gpus = ctx.gpus();
-    if (s.gpus_per_process > 0) {  // nccl-tests' -t x -g
-      if (proc.mpi && s.gpus_per_process > 1)
-        throw InputError("-t x -g: one GPU per process under mpirun or srun");
-      if (!proc.mpi && s.gpus_per_process > static_cast<int>(world_gpus.size()))
-        throw InputError(fmt::format("-t x -g = {} GPUs, but {} are selected", s.gpus_per_process,
-                                     world_gpus.size()));
-      if (!proc.mpi) world_gpus.resize(static_cast<std::size_t>(s.gpus_per_process));
-    }
-    if (proc.mpi) {
-      group = RankGroup::over_mpi(
-          process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)"));
-    } else {
-      group = std::make_unique<RankGroup>(world_gpus);
-    }
+    const std::unique_ptr<RankGroup> group = make_group(ctx, s, world_gpus);
     const int world = group->size();
     if (world % s.split != 0)
       throw InputError(
@@ -260,6 +229,8 @@ class AllreduceModule final : public Module {
           sizes.end());
     }
     if (sizes.empty()) throw InputError("no message size of the sweep fits in GPU memory");
+    std::unique_ptr<parallel::OneShotGroup> shots;  // --impl one-shot in one process
+    if (s.one_shot) one_shot_setup(world_gpus, n, proc.mpi, sizes, r, shots);
     std::uint64_t buffer_bytes = 0;
     for (const auto& c : s.collectives)
       for (const auto& t : s.types) {
@@ -269,20 +240,7 @@ class AllreduceModule final : public Module {
                               static_cast<std::uint64_t>(t.bytes));
       }
 
-    MeasureOptions mo = ctx.measure_options();
-    mo.timeout_s = s.timeout_s;
-    // A full sweep of every collective is hundreds of measurements: small messages are held to
-    // 1% noise and at most 0.3 s each (0.15 s quick) unless the command line says otherwise.
-    if (ctx.common().max_time < 0)
-      mo.max_time_s = std::min(mo.max_time_s, ctx.quick() ? 0.15 : 0.3);
-    if (ctx.common().max_noise < 0) mo.max_noise = std::max(mo.max_noise, 0.01);
-    if (ctx.common().min_time < 0)
-      mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
-    mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
-    mo.spin = !s.blocking;
-    if (s.iters > 0) mo.fixed_iters = s.iters;  // nccl-tests' -n
-    if (s.warmup >= 0) mo.warmup = s.warmup;    // -w (and -K)
-    mo.rank_time = static_cast<MeasureOptions::RankTime>(s.rank_time);  // -a
+    const MeasureOptions mo = sweep_options(ctx, s);
 
     RunFacts facts;
     facts.nranks = n;
@@ -319,9 +277,15 @@ class AllreduceModule final : public Module {
         const int color = self.rank / n, grank = self.rank % n;
         const std::uint64_t before_init = s.memory_report ? used_bytes() : 0;
         NcclComm comm(ids[static_cast<std::size_t>(color)], n, grank, 0, s.cta_policy);
+        // --impl one-shot: the ranks' buffers and flags, shared in this process or over IPC.
+        std::unique_ptr<parallel::OneShotGroup> ipc;
+        if (s.one_shot && proc.mpi) {
+          ipc = parallel::OneShotGroup::over_ipc(*group, self.rank, self.device, sizes.back());
+          if (!ipc) throw GpuError(kNoOneShot);
+        }
         try {
-          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, before_init, rows,
-                   memory, publish);
+          run_rank(self, *group, comm, s, sizes, buffer_bytes, mo, n, grank, before_init,
+                   shots ? shots.get() : ipc.get(), rows, memory, publish);
         } catch (...) {
           comm.abort();  // a hung or failed collective must not hang the others
           throw;
@@ -341,6 +305,92 @@ class AllreduceModule final : public Module {
   }
 
  private:
+  // What the machine allows: fp8 only where every selected GPU reduces it (sm_90+), -R 2 only
+  // with an NCCL that has symmetric windows (else -R 1), each change a warning in `pre`.
+  static void fit_to_machine(Context& ctx, Settings& s, Report& pre) {
+    bool fp8_ok = true;
+    for (int g : ctx.gpus()) {
+      const GpuInfo* info = ctx.system().gpu(g);
+      fp8_ok = fp8_ok && info && info->cc_major >= 9;
+    }
+    if (s.registration == 2 && !nccl_has_symmetric_windows()) {
+      pre.warn(fmt::format("-R 2: symmetric windows need NCCL 2.27 or later (running {}): -R 1",
+                           nccl_library_version()));
+      s.registration = 1;
+    }
+    if (fp8_ok) return;
+    const auto before = s.types.size();
+    s.types.erase(std::remove_if(s.types.begin(), s.types.end(),
+                                 [](const DataType& t) { return t.name.rfind("fp8", 0) == 0; }),
+                  s.types.end());
+    if (s.types.size() != before)
+      pre.warn("fp8 types left out: they need compute capability 9.0 or newer");
+    if (s.types.empty())
+      throw InputError("--type: fp8 needs GPUs of compute capability 9.0 or newer");
+  }
+
+  // The ranks: this process's GPU under MPI, every selected GPU otherwise (the first -t x -g of
+  // them when given); world_gpus is cut to the GPUs of this process's ranks.
+  static std::unique_ptr<RankGroup> make_group(Context& ctx, const Settings& s,
+                                               std::vector<int>& world_gpus) {
+    const bool mpi = process_info().mpi;
+    if (s.gpus_per_process > 0) {  // nccl-tests' -t x -g
+      if (mpi && s.gpus_per_process > 1)
+        throw InputError("-t x -g: one GPU per process under mpirun or srun");
+      if (!mpi && s.gpus_per_process > static_cast<int>(world_gpus.size()))
+        throw InputError(fmt::format("-t x -g = {} GPUs, but {} are selected", s.gpus_per_process,
+                                     world_gpus.size()));
+      if (!mpi) world_gpus.resize(static_cast<std::size_t>(s.gpus_per_process));
+    }
+    if (mpi)
+      return RankGroup::over_mpi(
+          process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)"));
+    return std::make_unique<RankGroup>(world_gpus);
+  }
+
+  // The measurement options of the sweep. A full sweep of every collective is hundreds of
+  // measurements: small messages are held to 1% noise and at most 0.3 s each (0.15 s quick)
+  // unless the command line says otherwise.
+  static MeasureOptions sweep_options(Context& ctx, const Settings& s) {
+    MeasureOptions mo = ctx.measure_options();
+    mo.timeout_s = s.timeout_s;
+    if (ctx.common().max_time < 0)
+      mo.max_time_s = std::min(mo.max_time_s, ctx.quick() ? 0.15 : 0.3);
+    if (ctx.common().max_noise < 0) mo.max_noise = std::max(mo.max_noise, 0.01);
+    if (ctx.common().min_time < 0)
+      mo.min_time_s = std::min(mo.min_time_s, ctx.quick() ? 0.01 : 0.05);
+    mo.l2 = L2Policy::Hot;  // messages are the data; NCCL reads them once per op
+    mo.spin = !s.blocking;
+    if (s.iters > 0) mo.fixed_iters = s.iters;                          // nccl-tests' -n
+    if (s.warmup >= 0) mo.warmup = s.warmup;                            // -w (and -K)
+    mo.rank_time = static_cast<MeasureOptions::RankTime>(s.rank_time);  // -a
+    return mo;
+  }
+
+  static constexpr const char* kNoOneShot =
+      "--impl one-shot needs the GPUs of one host with peer access between every pair";
+
+  // --impl one-shot: at most kOneShotMaxRanks ranks, sizes up to kOneShotMaxBytes (a warning for
+  // the rest), and in one process the group of buffers (under MPI each rank maps its peers').
+  static void one_shot_setup(const std::vector<int>& gpus, int n, bool mpi,
+                             std::vector<std::uint64_t>& sizes, Report& r,
+                             std::unique_ptr<parallel::OneShotGroup>& shots) {
+    if (n > kOneShotMaxRanks)
+      throw InputError(
+          fmt::format("--impl one-shot: at most {} GPUs, not {}", kOneShotMaxRanks, n));
+    if (sizes.back() > kOneShotMaxBytes) {
+      r.warn(
+          fmt::format("--impl one-shot: sizes above {} left out", format_bytes(kOneShotMaxBytes)));
+      sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
+                                 [](std::uint64_t x) { return x > kOneShotMaxBytes; }),
+                  sizes.end());
+    }
+    if (sizes.empty()) throw InputError("--impl one-shot: no size of the sweep is small enough");
+    if (mpi) return;
+    shots = std::make_unique<parallel::OneShotGroup>(gpus, sizes.back());
+    if (!shots->peers_ok()) throw GpuError(kNoOneShot);
+  }
+
   // Largest size whose buffers fit on every selected GPU next to NCCL's own.
   static std::uint64_t max_fitting_size(const Settings& s, const std::vector<int>& gpus, int n) {
     std::size_t free_min = ~std::size_t{0};
@@ -414,6 +464,7 @@ class AllreduceModule final : public Module {
     const MeasureOptions& mo;
     const Buffers& buffers;
     int n, grank;
+    const parallel::OneShotGroup* shots;  // --impl one-shot, else null
   };
 
   static void run_place(const SizeRun& z, const Collective& c, const DataType& t,
@@ -441,7 +492,11 @@ class AllreduceModule final : public Module {
     try {
       init_send(c, const_cast<void*>(send), count, t, op, z.grank, z.n, 0x5eed + row.size, stream);
       auto one_op = [&](cudaStream_t st) {
-        issue(c, send, recv, count, t, op, root, z.comm.get(), z.grank, z.n, st);
+        if (z.shots)  // in place, a bf16 or fp16 sum (resolve_settings)
+          one_shot_all_reduce(recv, static_cast<std::int64_t>(count), z.shots->peers(z.grank),
+                              t.name == "bf16" ? ActDtype::BF16 : ActDtype::F16, st);
+        else
+          issue(c, send, recv, count, t, op, root, z.comm.get(), z.grank, z.n, st);
       };
       CudaGraph graph;
       if (s.cuda_graph) {
@@ -564,13 +619,13 @@ class AllreduceModule final : public Module {
   static void run_rank(Rank& self, RankGroup& group, NcclComm& comm, const Settings& s,
                        const std::vector<std::uint64_t>& sizes, std::uint64_t buffer_bytes,
                        const MeasureOptions& mo, int n, int grank, std::uint64_t before_init,
-                       std::vector<Row>& rows, ojson& memory,
+                       const parallel::OneShotGroup* shots, std::vector<Row>& rows, ojson& memory,
                        const std::function<void()>& publish) {
     const std::uint64_t after_init = s.memory_report ? used_bytes() : 0;
     const Buffers buffers(self.device, buffer_bytes, s, comm);
     const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
     std::uint64_t peak = after_buffers;
-    const SizeRun z{self, group, comm, s, mo, buffers, n, grank};
+    const SizeRun z{self, group, comm, s, mo, buffers, n, grank, shots};
     std::size_t cases = 0;
     for (const Collective& c : s.collectives)
       cases +=

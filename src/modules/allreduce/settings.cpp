@@ -100,6 +100,31 @@ void nccl_flags(const Options& o, Settings& s) {
     s.notes.push_back("-I: gpubench always times each iteration (the stats columns)");
 }
 
+// --impl one-shot: gpubench's one-shot kernel (the tp engine's small all-reduce) in place of
+// NCCL, for what it does: an in-place bf16 or fp16 sum, one communicator.
+void one_shot_settings(const Options& o, Settings& s) {
+  if (o.impl == "nccl") return;
+  if (o.impl != "one-shot")
+    throw InputError(fmt::format("--impl: '{}' is not one of nccl, one-shot", o.impl));
+  s.one_shot = true;
+  const auto refuse = [](const std::string& why) { throw InputError("--impl one-shot: " + why); };
+  if (s.collectives.size() != 1 || s.collectives[0].kind != Kind::AllReduce)
+    refuse("all_reduce only (--collective all_reduce)");
+  for (const DataType& t : s.types)
+    if (t.name != "bf16" && t.name != "fp16") refuse("bf16 or fp16 (-d bf16), not " + t.name);
+  for (const ReduceOp& op : s.ops)
+    if (op.name != "sum") refuse("sums only (-o sum), not " + op.name);
+  if (s.split != 1) refuse("one communicator (--split 1)");
+  if (s.registration > 0) refuse("its buffers are its own (no -R)");
+  if (s.min_bytes > kOneShotMaxBytes)
+    refuse(fmt::format("messages up to {} (-b)", format_bytes(kOneShotMaxBytes)));
+  if (!s.in_place) refuse("it sums in place (not --place out)");
+  if (s.out_of_place) {
+    s.out_of_place = false;
+    s.notes.push_back("--impl one-shot sums in place: in-place rows only");
+  }
+}
+
 }  // namespace
 
 Settings resolve_settings(const Options& o, bool quick) {
@@ -150,6 +175,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.timeout_s = o.timeout;
   s.allow_shared_gpus = o.allow_shared_gpus;
   nccl_flags(o, s);
+  one_shot_settings(o, s);
   if (s.cuda_graph && s.blocking)
     throw InputError("CUDA graphs (-G) and blocking (-z 1, -z 2) exclude each other");
   return s;
@@ -207,6 +233,7 @@ nlohmann::ordered_json Settings::to_json() const {
   if (timestamps) j["timestamps"] = true;
   if (memory_report) j["memory_report"] = true;
   if (cycles != 1) j["cycles"] = cycles;
+  j["impl"] = one_shot ? "one-shot" : "nccl";
   j["split"] = split;
   j["timeout_s"] = timeout_s;
   return j;

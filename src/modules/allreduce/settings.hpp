@@ -26,6 +26,7 @@ struct Options {
   int split = 1;                   // groups running at once
   double timeout = 120;            // seconds before a hung collective is aborted
   bool allow_shared_gpus = false;  // MPI: more processes than GPUs on a node
+  std::string impl = "nccl";       // nccl | one-shot
   // nccl-tests' flags, each with its meaning (-1: not given). See nccl_flags() in settings.cpp.
   int nthreads = -1, ngpus = -1;            // -t, -g: t x g GPUs in this process
   int iters = -1, warmup_iters = -1;        // -n, -w: timed and untimed iterations per size
@@ -63,6 +64,7 @@ struct Settings {
   int cycles = 1;                  // -N: sweeps, each its own curves (0: until stopped)
   bool timestamps = false;         // -S: each row's finishing time
   bool memory_report = false;      // -M: device memory used by NCCL, the buffers, the run
+  bool one_shot = false;           // --impl one-shot: all_reduce through the one-shot kernel
   std::vector<std::string> notes;  // nccl-tests flags taken with another meaning, and why
   nlohmann::ordered_json to_json() const;
 };
@@ -71,6 +73,9 @@ struct Settings {
 // nccl-tests' flags are taken with their meaning where gpubench has it; one that gpubench does
 // not do (yet) is refused naming the flag, one that does not apply is a note.
 Settings resolve_settings(const Options& o, bool quick);
+
+// --impl one-shot: messages up to this size (larger ones are left out of the sweep).
+inline constexpr std::uint64_t kOneShotMaxBytes = 4ull << 20;
 
 // Ops per timed iteration for a message of `size` bytes: enough back-to-back ops that launch
 // and event overheads are amortised at small sizes (as nccl-tests times 20 ops), one at large.

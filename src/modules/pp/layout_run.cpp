@@ -10,13 +10,13 @@
 #include <algorithm>
 #include <memory>
 
-#include "../tp/tp.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
+#include "gpubench/parallel/collectives.hpp"
 #include "pp.hpp"
 
 namespace gpubench::pp {
@@ -126,8 +126,8 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
       pp_comm =
           NcclComm(ids[static_cast<std::size_t>(tp_groups + replica * l.tp + trank)], l.pp, stage,
                    s.nccl_ctas);
-    std::unique_ptr<tp::NcclTpCollectives> collectives;
-    if (l.tp > 1) collectives = std::make_unique<tp::NcclTpCollectives>(tp_comm.get());
+    std::unique_ptr<parallel::NcclCollectives> collectives;
+    if (l.tp > 1) collectives = std::make_unique<parallel::NcclCollectives>(tp_comm.get());
 
     model::Transformer engine(s.model, eo, self.device);
     if (collectives) engine.set_collectives(collectives.get());

@@ -81,11 +81,11 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   std::vector<Outcome> out;
   // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
   // largest prefill's all-reduce.
-  const std::unique_ptr<CopyEngineGroup> copies = copy_engine_group(
+  const std::unique_ptr<parallel::CopyEngineGroup> copies = copy_engine_group(
       s, t, group, static_cast<std::size_t>(s.batch_sizes.back() * max_prompt * H * 2 / t + 64));
   // --small-collectives one-shot (or auto): every rank's receive slots and flags; ranks in
   // several processes set theirs up inside the run (over_ipc).
-  const std::unique_ptr<OneShotGroup> shots = one_shot_group(s, t, group);
+  const std::unique_ptr<parallel::OneShotGroup> shots = one_shot_group(s, t, group);
   auto new_outcome = [&](model::Phase phase, std::int64_t batch, std::int64_t len,
                          bool one_shot) {
     Outcome o;
@@ -100,30 +100,32 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;
-    std::unique_ptr<NcclTpCollectives> collectives;
+    std::unique_ptr<parallel::NcclCollectives> collectives;
     if (t > 1) {
       if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
       group.broadcast(self.rank, &id, sizeof(id));
       comm = NcclComm(id, t, self.rank);
-      collectives = std::make_unique<NcclTpCollectives>(comm.get());
+      collectives = std::make_unique<parallel::NcclCollectives>(comm.get());
     }
     // The step's collectives: NCCL's, or the copy engines' with NCCL for what they leave; the
     // small all-reduces NCCL's or the one-shot kernel's.
-    std::unique_ptr<OneShotGroup> ipc;
+    std::unique_ptr<parallel::OneShotGroup> ipc;
     if (t > 1 && group.is_mpi() && s.small_collectives != "nccl") {
-      ipc = OneShotGroup::over_ipc(group, self.rank, self.device, OneShotTpCollectives::kMaxBytes);
+      ipc = parallel::OneShotGroup::over_ipc(group, self.rank, self.device,
+                                             parallel::OneShotCollectives::kMaxBytes);
       if (!ipc && self.rank == 0)
         spdlog::log(s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info,
                     "tp: the ranks span hosts, some pair of their GPUs lacks peer access, or "
                     "CUDA IPC was refused; the small all-reduces run over NCCL");
     }
-    const OneShotGroup* mine = shots ? shots.get() : ipc.get();
-    std::unique_ptr<OneShotTpCollectives> shot;
-    if (mine) shot = std::make_unique<OneShotTpCollectives>(*mine, self.rank, *collectives);
+    const parallel::OneShotGroup* mine = shots ? shots.get() : ipc.get();
+    std::unique_ptr<parallel::OneShotCollectives> shot;
+    if (mine) shot = std::make_unique<parallel::OneShotCollectives>(*mine, self.rank, *collectives);
     model::TpCollectives* small =
         shot ? static_cast<model::TpCollectives*>(shot.get()) : collectives.get();
-    std::unique_ptr<CopyEngineTpCollectives> copied;
-    if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *small);
+    std::unique_ptr<parallel::CopyEngineCollectives> copied;
+    if (copies)
+      copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *small);
     model::TpCollectives* active =
         copied ? static_cast<model::TpCollectives*>(copied.get()) : small;
     cudaStream_t st = self.stream->get();
@@ -259,7 +261,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         o.ops = split_by_kind(timer.collect());
         if (!prefill && t > 1) {
           // The decode graph without its collectives: the step minus what communication adds.
-          SkippedCollectives none;
+          parallel::SkippedCollectives none;
           engine.set_collectives(&none);
           CudaGraph bare;
           bare.capture(st, [&](cudaStream_t s2) { engine.decode(next, b, n, s2); });

@@ -1,40 +1,54 @@
-// The tensor-parallel engine's collectives over NCCL.
-#include "gpubench/core/nccl.hpp"
+// The collective groups a tp run's settings ask for (the collectives themselves are the parallel
+// layer's): copy engines under --collectives copy-engine, the one-shot kernel for small
+// all-reduces, or none (NCCL alone) with the reason on the log.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "gpubench/core/mpi.hpp"
 #include "tp.hpp"
 
 namespace gpubench::tp {
 
-namespace {
-
-ncclDataType_t nccl_type(ActDtype dtype) {
-  return dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+std::unique_ptr<parallel::CopyEngineGroup> copy_engine_group(const Settings& s, int t,
+                                                             RankGroup& group,
+                                                             std::size_t max_chunk_bytes) {
+  if (t < 2 || s.collectives != "copy-engine") return nullptr;
+  if (group.is_mpi()) {
+    if (process_info().rank == 0)
+      spdlog::warn(
+          "tp: --collectives copy-engine needs the ranks in one process; under {} it "
+          "runs over NCCL",
+          process_info().launcher);
+    return nullptr;
+  }
+  auto copies = std::make_unique<parallel::CopyEngineGroup>(group.devices(), max_chunk_bytes);
+  if (copies->peers_ok()) return copies;
+  spdlog::warn(
+      "tp: GPUs {} lack peer access between some pair; --collectives copy-engine runs "
+      "over NCCL",
+      fmt::join(group.devices(), ","));
+  return nullptr;
 }
 
-}  // namespace
-
-NcclTpCollectives::NcclTpCollectives(ncclComm_t comm) : comm_(comm) {
-  GPB_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
-}
-
-void NcclTpCollectives::all_reduce(void* data, std::int64_t elems, ActDtype dtype,
-                                   cudaStream_t stream) {
-  GPB_NCCL_CHECK(ncclAllReduce(data, data, static_cast<std::size_t>(elems), nccl_type(dtype),
-                               ncclSum, comm_, stream));
-}
-
-void NcclTpCollectives::reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
-                                       cudaStream_t stream) {
-  auto* mine = static_cast<unsigned char*>(data) + static_cast<std::size_t>(rank_ * chunk) * 2;
-  GPB_NCCL_CHECK(ncclReduceScatter(data, mine, static_cast<std::size_t>(chunk), nccl_type(dtype),
-                                   ncclSum, comm_, stream));
-}
-
-void NcclTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtype dtype,
-                                   cudaStream_t stream) {
-  const auto* mine =
-      static_cast<const unsigned char*>(data) + static_cast<std::size_t>(rank_ * chunk) * 2;
-  GPB_NCCL_CHECK(
-      ncclAllGather(mine, data, static_cast<std::size_t>(chunk), nccl_type(dtype), comm_, stream));
+std::unique_ptr<parallel::OneShotGroup> one_shot_group(const Settings& s, int t, RankGroup& group) {
+  if (t < 2 || s.small_collectives == "nccl") return nullptr;
+  // Asked for by name, a fallback to NCCL is a warning; under "auto" it is the expected path.
+  const auto level = s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info;
+  if (group.is_mpi()) return nullptr;  // each rank sets up its part in the run (over_ipc)
+  if (t > kOneShotMaxRanks) {
+    spdlog::log(level, "tp: one-shot small all-reduces take at most {} ranks; TP={} runs over NCCL",
+                kOneShotMaxRanks, t);
+    return nullptr;
+  }
+  auto shots = std::make_unique<parallel::OneShotGroup>(group.devices(),
+                                                        parallel::OneShotCollectives::kMaxBytes);
+  if (shots->peers_ok()) return shots;
+  spdlog::log(level,
+              "tp: GPUs {} lack peer access between some pair; the small all-reduces run over "
+              "NCCL",
+              fmt::join(group.devices(), ","));
+  return nullptr;
 }
 
 }  // namespace gpubench::tp

@@ -70,19 +70,20 @@ std::vector<MicroOutcome> run_micro(Context& ctx, const Settings& s, int t, Rank
   const std::int64_t max_tokens = s.micro_tokens.back();
   // --collectives copy-engine (ranks in one process): the row-parallel all-reduces, alone and
   // overlapped, as peer copies; the column-parallel all-gather stays on NCCL.
-  const std::unique_ptr<CopyEngineGroup> copies =
+  const std::unique_ptr<parallel::CopyEngineGroup> copies =
       copy_engine_group(s, t, group, static_cast<std::size_t>(max_tokens * S * 2 / t + 64));
   group.run([&](Rank& self) {
     ncclUniqueId id{};
     NcclComm comm;
-    std::unique_ptr<NcclTpCollectives> nccl;
-    std::unique_ptr<CopyEngineTpCollectives> copied;
+    std::unique_ptr<parallel::NcclCollectives> nccl;
+    std::unique_ptr<parallel::CopyEngineCollectives> copied;
     if (t > 1) {
       if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
       group.broadcast(self.rank, &id, sizeof(id));
       comm = NcclComm(id, t, self.rank);
-      nccl = std::make_unique<NcclTpCollectives>(comm.get());
-      if (copies) copied = std::make_unique<CopyEngineTpCollectives>(*copies, self.rank, *nccl);
+      nccl = std::make_unique<parallel::NcclCollectives>(comm.get());
+      if (copies)
+        copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *nccl);
     }
     model::TpCollectives* reduce =
         copied ? static_cast<model::TpCollectives*>(copied.get()) : nccl.get();

@@ -235,7 +235,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     if (o.t > 1 && s.collectives != "nccl") r.params["collectives"] = o.collectives;
     // The path the small all-reduces took, on the rows that have them (decode's).
     if (o.t > 1 && o.allreduce_bytes > 0 &&
-        o.allreduce_bytes <= static_cast<double>(OneShotTpCollectives::kMaxBytes))
+        o.allreduce_bytes <= static_cast<double>(parallel::OneShotCollectives::kMaxBytes))
       r.params["small_collectives"] = o.small_collectives;
     if (!o.attention_path.empty()) r.params["attention_path"] = o.attention_path;
     if (o.attention_path == "own" && !o.attention_why.empty())

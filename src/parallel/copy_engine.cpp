@@ -1,4 +1,4 @@
-// The tensor-parallel engine's collectives through the copy engines, for ranks that are threads
+// The engine's collectives through the copy engines, for ranks that are threads
 // of one process with peer access between their GPUs.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,10 +11,10 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/peers.hpp"
-#include "tp.hpp"
+#include "gpubench/parallel/collectives.hpp"
 #include "transformer.cuh"
 
-namespace gpubench::tp {
+namespace gpubench::parallel {
 
 namespace {
 
@@ -57,9 +57,8 @@ void CopyEngineGroup::barrier() {
   }
 }
 
-CopyEngineTpCollectives::CopyEngineTpCollectives(CopyEngineGroup& group, int rank,
-                                                 model::TpCollectives& fallback,
-                                                 std::size_t min_bytes)
+CopyEngineCollectives::CopyEngineCollectives(CopyEngineGroup& group, int rank,
+                                             model::TpCollectives& fallback, std::size_t min_bytes)
     : g_(group), rank_(rank), fallback_(fallback), min_bytes_(min_bytes) {
   if (!g_.peers_ok()) return;
   const int device = g_.devices_[static_cast<std::size_t>(rank)];
@@ -70,8 +69,7 @@ CopyEngineTpCollectives::CopyEngineTpCollectives(CopyEngineGroup& group, int ran
   }
 }
 
-void CopyEngineTpCollectives::copy_to_peers(const std::vector<Copy>& copies,
-                                            cudaStream_t stream) {
+void CopyEngineCollectives::copy_to_peers(const std::vector<Copy>& copies, cudaStream_t stream) {
   // One lane per copy, so the copy engines move to every peer at once; `stream` goes on when
   // all have landed.
   forked_.record(stream);
@@ -86,18 +84,18 @@ void CopyEngineTpCollectives::copy_to_peers(const std::vector<Copy>& copies,
     GPB_CUDA_CHECK(cudaStreamWaitEvent(stream, landed_[i].get(), 0));
 }
 
-bool CopyEngineTpCollectives::use_fallback(std::size_t chunk_bytes, std::size_t total_bytes,
-                                           cudaStream_t stream) {
+bool CopyEngineCollectives::use_fallback(std::size_t chunk_bytes, std::size_t total_bytes,
+                                         cudaStream_t stream) {
   // The same answer on every rank: the sizes, the capture (all ranks capture the same step)
   // and the group are the same everywhere.
-  const bool fall = !g_.peers_ok() || stream_capturing(stream) ||
-                    total_bytes < min_bytes_ || chunk_bytes > g_.max_chunk_bytes_;
+  const bool fall = !g_.peers_ok() || stream_capturing(stream) || total_bytes < min_bytes_ ||
+                    chunk_bytes > g_.max_chunk_bytes_;
   (fall ? fell_back_ : copied_) += 1;
   return fall;
 }
 
-void CopyEngineTpCollectives::exchange(std::vector<Event>& events, cudaStream_t stream,
-                                       void* publish) {
+void CopyEngineCollectives::exchange(std::vector<Event>& events, cudaStream_t stream,
+                                     void* publish) {
   events[static_cast<std::size_t>(rank_)].record(stream);
   if (publish) g_.data_[static_cast<std::size_t>(rank_)] = publish;
   g_.barrier();
@@ -106,8 +104,8 @@ void CopyEngineTpCollectives::exchange(std::vector<Event>& events, cudaStream_t 
       GPB_CUDA_CHECK(cudaStreamWaitEvent(stream, events[static_cast<std::size_t>(p)].get(), 0));
 }
 
-void CopyEngineTpCollectives::scatter_and_sum(void* data, std::int64_t chunk, std::int64_t elems,
-                                              ActDtype dtype, cudaStream_t stream) {
+void CopyEngineCollectives::scatter_and_sum(void* data, std::int64_t chunk, std::int64_t elems,
+                                            ActDtype dtype, cudaStream_t stream) {
   const std::int64_t e = act_bytes(dtype);
   auto* mine = static_cast<unsigned char*>(data);
   // Every stream has reached the collective (the staging is free, `data` is ready), and every
@@ -118,9 +116,9 @@ void CopyEngineTpCollectives::scatter_and_sum(void* data, std::int64_t chunk, st
     const std::int64_t n = chunk_elems(elems, chunk, p);
     if (p == rank_ || n == 0) continue;
     const int slot = rank_ < p ? rank_ : rank_ - 1;  // p's slots: every other rank in order
-    copies.push_back({g_.staging_[static_cast<std::size_t>(p)].as<unsigned char>() +
-                          slot * chunk * e,
-                      mine + p * chunk * e, static_cast<std::size_t>(n * e)});
+    copies.push_back(
+        {g_.staging_[static_cast<std::size_t>(p)].as<unsigned char>() + slot * chunk * e,
+         mine + p * chunk * e, static_cast<std::size_t>(n * e)});
   }
   copy_to_peers(copies, stream);
   exchange(g_.sent_, stream, nullptr);
@@ -128,8 +126,8 @@ void CopyEngineTpCollectives::scatter_and_sum(void* data, std::int64_t chunk, st
             g_.size() - 1, chunk, chunk_elems(elems, chunk, rank_), dtype, stream);
 }
 
-void CopyEngineTpCollectives::gather(void* data, std::int64_t chunk, std::int64_t elems,
-                                     ActDtype dtype, cudaStream_t stream) {
+void CopyEngineCollectives::gather(void* data, std::int64_t chunk, std::int64_t elems,
+                                   ActDtype dtype, cudaStream_t stream) {
   const std::int64_t e = act_bytes(dtype);
   const std::int64_t n = chunk_elems(elems, chunk, rank_);
   const auto* mine = static_cast<const unsigned char*>(data) + rank_ * chunk * e;
@@ -143,8 +141,8 @@ void CopyEngineTpCollectives::gather(void* data, std::int64_t chunk, std::int64_
   exchange(g_.sent_, stream, nullptr);
 }
 
-void CopyEngineTpCollectives::all_reduce(void* data, std::int64_t elems, ActDtype dtype,
-                                         cudaStream_t stream) {
+void CopyEngineCollectives::all_reduce(void* data, std::int64_t elems, ActDtype dtype,
+                                       cudaStream_t stream) {
   const std::int64_t t = g_.size(), e = act_bytes(dtype);
   const std::int64_t chunk = (elems + t * kAlignElems - 1) / (t * kAlignElems) * kAlignElems;
   if (use_fallback(static_cast<std::size_t>(chunk * e), static_cast<std::size_t>(elems * e),
@@ -158,8 +156,8 @@ void CopyEngineTpCollectives::all_reduce(void* data, std::int64_t elems, ActDtyp
   gather(data, chunk, elems, dtype, stream);
 }
 
-void CopyEngineTpCollectives::reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
-                                             cudaStream_t stream) {
+void CopyEngineCollectives::reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
+                                           cudaStream_t stream) {
   const std::int64_t e = act_bytes(dtype);
   if (chunk % kAlignElems != 0 ||
       use_fallback(static_cast<std::size_t>(chunk * e),
@@ -170,8 +168,8 @@ void CopyEngineTpCollectives::reduce_scatter(void* data, std::int64_t chunk, Act
   scatter_and_sum(data, chunk, chunk * g_.size(), dtype, stream);
 }
 
-void CopyEngineTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtype dtype,
-                                         cudaStream_t stream) {
+void CopyEngineCollectives::all_gather(void* data, std::int64_t chunk, ActDtype dtype,
+                                       cudaStream_t stream) {
   const std::int64_t e = act_bytes(dtype);
   if (use_fallback(static_cast<std::size_t>(chunk * e),
                    static_cast<std::size_t>(chunk * e * g_.size()), stream)) {
@@ -182,22 +180,4 @@ void CopyEngineTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtyp
   gather(data, chunk, chunk * g_.size(), dtype, stream);
 }
 
-std::unique_ptr<CopyEngineGroup> copy_engine_group(const Settings& s, int t, RankGroup& group,
-                                                   std::size_t max_chunk_bytes) {
-  if (t < 2 || s.collectives != "copy-engine") return nullptr;
-  if (group.is_mpi()) {
-    if (process_info().rank == 0)
-      spdlog::warn("tp: --collectives copy-engine needs the ranks in one process; under {} it "
-                   "runs over NCCL",
-                   process_info().launcher);
-    return nullptr;
-  }
-  auto copies = std::make_unique<CopyEngineGroup>(group.devices(), max_chunk_bytes);
-  if (copies->peers_ok()) return copies;
-  spdlog::warn("tp: GPUs {} lack peer access between some pair; --collectives copy-engine runs "
-               "over NCCL",
-               fmt::join(group.devices(), ","));
-  return nullptr;
-}
-
-}  // namespace gpubench::tp
+}  // namespace gpubench::parallel

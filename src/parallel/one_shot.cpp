@@ -1,4 +1,4 @@
-// The tensor-parallel engine's small all-reduces through the one-shot kernel
+// The engine's small all-reduces through the one-shot kernel
 // (kernels/one_shot.cuh), for ranks that are threads of one process, or processes of one host
 // (buffers shared through CUDA IPC), with peer access between their GPUs.
 #include <fmt/format.h>
@@ -12,9 +12,9 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/peers.hpp"
-#include "tp.hpp"
+#include "gpubench/parallel/collectives.hpp"
 
-namespace gpubench::tp {
+namespace gpubench::parallel {
 
 OneShotGroup::OneShotGroup(const std::vector<int>& devices, std::size_t slot_bytes)
     : devices_(devices), slot_bytes_(slot_bytes) {
@@ -48,7 +48,7 @@ OneShotGroup::OneShotGroup(const std::vector<int>& devices, std::size_t slot_byt
 }
 
 std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank, int device,
-                                                    std::size_t slot_bytes) {
+                                                     std::size_t slot_bytes) {
   const int t = group.size();
   // Every rank decides alike: one host (the same host-name hash), distinct GPUs, peer access
   // from this rank's GPU to every other's.
@@ -102,7 +102,8 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
     void* recv = nullptr;
     void* words = nullptr;
     const Handles& h = all[static_cast<std::size_t>(j)];
-    if (mapped && cudaIpcOpenMemHandle(&recv, h.recv, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+    if (mapped &&
+        cudaIpcOpenMemHandle(&recv, h.recv, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
       g->opened_.push_back(recv);
     else
       mapped = false;
@@ -137,12 +138,12 @@ bool OneShotGroup::timed_out(int rank) const {
   return e != 0;
 }
 
-OneShotTpCollectives::OneShotTpCollectives(const OneShotGroup& group, int rank,
-                                           model::TpCollectives& fallback)
+OneShotCollectives::OneShotCollectives(const OneShotGroup& group, int rank,
+                                       model::TpCollectives& fallback)
     : g_(group), rank_(rank), fallback_(fallback) {}
 
-void OneShotTpCollectives::all_reduce(void* data, std::int64_t elems, ActDtype dtype,
-                                      cudaStream_t stream) {
+void OneShotCollectives::all_reduce(void* data, std::int64_t elems, ActDtype dtype,
+                                    cudaStream_t stream) {
   const std::size_t bytes = static_cast<std::size_t>(elems) * act_bytes(dtype);
   if (!g_.peers_ok() || bytes > g_.slot_bytes()) {
     ++fell_back_;
@@ -153,36 +154,16 @@ void OneShotTpCollectives::all_reduce(void* data, std::int64_t elems, ActDtype d
   one_shot_all_reduce(data, elems, g_.peers(rank_), dtype, stream);
 }
 
-void OneShotTpCollectives::reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
-                                          cudaStream_t stream) {
+void OneShotCollectives::reduce_scatter(void* data, std::int64_t chunk, ActDtype dtype,
+                                        cudaStream_t stream) {
   ++fell_back_;
   fallback_.reduce_scatter(data, chunk, dtype, stream);
 }
 
-void OneShotTpCollectives::all_gather(void* data, std::int64_t chunk, ActDtype dtype,
-                                      cudaStream_t stream) {
+void OneShotCollectives::all_gather(void* data, std::int64_t chunk, ActDtype dtype,
+                                    cudaStream_t stream) {
   ++fell_back_;
   fallback_.all_gather(data, chunk, dtype, stream);
 }
 
-std::unique_ptr<OneShotGroup> one_shot_group(const Settings& s, int t, RankGroup& group) {
-  if (t < 2 || s.small_collectives == "nccl") return nullptr;
-  // Asked for by name, a fallback to NCCL is a warning; under "auto" it is the expected path.
-  const auto level =
-      s.small_collectives == "one-shot" ? spdlog::level::warn : spdlog::level::info;
-  if (group.is_mpi()) return nullptr;  // each rank sets up its part in the run (over_ipc)
-  if (t > kOneShotMaxRanks) {
-    spdlog::log(level, "tp: one-shot small all-reduces take at most {} ranks; TP={} runs over NCCL",
-                kOneShotMaxRanks, t);
-    return nullptr;
-  }
-  auto shots = std::make_unique<OneShotGroup>(group.devices(), OneShotTpCollectives::kMaxBytes);
-  if (shots->peers_ok()) return shots;
-  spdlog::log(level,
-              "tp: GPUs {} lack peer access between some pair; the small all-reduces run over "
-              "NCCL",
-              fmt::join(group.devices(), ","));
-  return nullptr;
-}
-
-}  // namespace gpubench::tp
+}  // namespace gpubench::parallel
