@@ -15,11 +15,13 @@
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
 # seqlen_quick torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env bandwidth
-# allreduce allreduce_mpi tp pp quick_start nccl_tests nvbandwidth; not by default: sigterm
-# sigterm_mpi hung_rank):
+# allreduce allreduce_mpi small_latency tp pp quick_start nccl_tests nvbandwidth; not by default:
+# sigterm sigterm_mpi hung_rank):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
+#   small_latency bf16 all_reduce of 8 B..64 KiB with CUDA graphs: NCCL, NCCL on symmetric windows
+#                 (-R 2), the one-shot kernel; nccl-tests' all_reduce_perf the same two ways
 #   matmul_odd    odd GEMM shapes (no 16-byte aligned leading dimension) of every dtype that
 #                 takes them (fp8 and int8 need multiples of 16 and 4: gpu_test_gemm covers them)
 #   matmul_model  llama-2-7b's GEMMs at 4096 tokens, bf16 and fp8
@@ -44,8 +46,8 @@ ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
       torch_matmul torch_decode babelstream nvbandwidth" ;;
-  h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi tp pp quick_start nccl_tests
-    nvbandwidth" ;;
+  h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
+    quick_start nccl_tests nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -89,10 +91,22 @@ if has tests; then
 fi
 has env && gpb env 60 env
 has bandwidth && gpb bandwidth 400 bandwidth
-has allreduce && gpb allreduce 400 allreduce --collective all -b 8 -e 8G -f 2
+has allreduce && gpb allreduce 600 allreduce --collective all -b 8 -e 8G -f 2
 has allreduce_mpi && command -v mpirun >/dev/null && timed allreduce_mpi 300 mpirun \
   --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce -b 64M \
   -e 8G -f 2 --output-dir "$work/allreduce_mpi"
+if has small_latency; then
+  small=(allreduce -d bf16 -b 8 -e 64K -f 2 -G 100)
+  gpb small_nccl 200 "${small[@]}"
+  gpb small_symmetric 200 "${small[@]}" -R 2
+  gpb small_one_shot 200 "${small[@]}" --impl one-shot
+  if [[ -x "${PEERS_DIR:-/nonexistent}/all_reduce_perf" ]]; then
+    timed nccl_tests_small 120 "$PEERS_DIR/all_reduce_perf" -d bfloat16 -b 8 -e 64K -f 2 \
+      -g "$ngpu" -G 100
+    timed nccl_tests_small_symmetric 120 "$PEERS_DIR/all_reduce_perf" -d bfloat16 -b 8 -e 64K \
+      -f 2 -g "$ngpu" -G 100 -R 2
+  fi
+fi
 has matmul && gpb matmul 400 matmul
 has matmul_odd && gpb matmul_odd 300 matmul --shapes 8191x8193x4097,4095x4097x1023,1023x1025x513 \
   --dtypes fp64,fp32,tf32,fp16,bf16
