@@ -368,9 +368,7 @@ int cmd_list(const std::vector<ModulePtr>& modules) {
   for (const auto& m : modules) {
     std::string state = "yes";
     std::string about = m->help();
-    if (!m->available()) {
-      state = "not yet";
-    } else if (m->needs_gpu() && sys.gpus.empty()) {
+    if (m->needs_gpu() && sys.gpus.empty()) {
       state = "no";
       about += " [no GPU: " + sys.no_gpu_reason + "]";
     } else if (auto why = m->unsupported(sys, all_gpus)) {
@@ -495,11 +493,6 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   // Parse and validate every module's options first: bad input stops the run before it starts.
   std::vector<std::pair<Module*, CommonOptions>> plan;
   for (auto& m : modules) {
-    if (!m->available()) {
-      if (ini.find(m->name()))
-        spdlog::warn("[{}] in {} ignored: `{}` is not available yet", m->name(), config, m->name());
-      continue;
-    }
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
     check_input(*m, c);
     plan.emplace_back(m.get(), c);
@@ -599,25 +592,20 @@ int run_cli(int argc, char** argv) {
     std::map<std::string, CLI::App*> subs;
     std::vector<const CLI::App*> strict;  // extra arguments refused
     for (auto& m : modules) {
-      CLI::App* sub = app.add_subcommand(
-          m->name(), m->available() ? m->help() : m->help() + " (not available yet)");
-      if (m->available()) {
-        commons.push_back(std::make_unique<CommonOptions>());
-        configs.push_back(std::make_unique<std::string>());
-        m->add_options(*sub);  // its own options first in --help, the common ones after
-        add_common_options(*sub, *commons.back(), *configs.back());
-        std::string footer;
-        for (const std::string& e : m->examples()) footer += "\n  " + e;
-        if (!footer.empty()) sub->footer("Examples:" + footer);
-        sub->allow_extras();  // refused below, in the order given
-        strict.push_back(sub);
-      } else {
-        sub->allow_extras();
-      }
+      CLI::App* sub = app.add_subcommand(m->name(), m->help());
+      commons.push_back(std::make_unique<CommonOptions>());
+      configs.push_back(std::make_unique<std::string>());
+      m->add_options(*sub);  // its own options first in --help, the common ones after
+      add_common_options(*sub, *commons.back(), *configs.back());
+      std::string footer;
+      for (const std::string& e : m->examples()) footer += "\n  " + e;
+      if (!footer.empty()) sub->footer("Examples:" + footer);
+      sub->allow_extras();  // refused below, in the order given
+      strict.push_back(sub);
       subs[m->name()] = sub;
     }
     CLI::App* list = app.add_subcommand("list", "List the modules and whether each can run here");
-    CLI::App* all = app.add_subcommand("all", "Run every available module (sections of --config)");
+    CLI::App* all = app.add_subcommand("all", "Run every module (sections of --config)");
     CommonOptions all_common;
     std::string all_config;
     add_common_options(*all, all_common, all_config);
@@ -660,17 +648,9 @@ int run_cli(int argc, char** argv) {
       return rest;
     };
     if (all->parsed()) return cmd_all(modules, rest_after("all"), all_config, command);
-    for (std::size_t i = 0, k = 0; i < modules.size(); ++i) {
-      Module& m = *modules[i];
-      const bool parsed = subs[m.name()]->parsed();
-      if (!m.available()) {
-        if (parsed)
-          throw InputError(fmt::format("`{}` is not available yet in this gpubench", m.name()));
-        continue;
-      }
-      if (parsed) return cmd_module(m, rest_after(m.name()), *configs[k], command);
-      ++k;
-    }
+    for (std::size_t i = 0; i < modules.size(); ++i)
+      if (subs[modules[i]->name()]->parsed())
+        return cmd_module(*modules[i], rest_after(modules[i]->name()), *configs[i], command);
     throw InputError("no subcommand given (try --help)");
   } catch (const RankInputError& e) {
     return fail(kExitBadInput, e.what(), false);

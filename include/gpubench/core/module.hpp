@@ -24,8 +24,6 @@ class Module {
   virtual ~Module() = default;
   virtual std::string name() const = 0;
   virtual std::string help() const = 0;
-  // False for subcommands of the product that are not built yet: listed, refused when called.
-  virtual bool available() const { return true; }
   // Binds the module's own Options struct to its subcommand's flags (long names = INI keys).
   virtual void add_options(CLI::App& app) = 0;
   // Checks option values after parsing (throws InputError with one clear line).

@@ -71,7 +71,7 @@ void link_peak(const System& sys, const std::vector<int>& gpus, RunFacts& facts)
   facts.link_name = name;
 }
 
-class AllreduceModule final : public Module {
+class AllreduceModule final : public ResolvingModule<Options, Settings> {
  public:
   std::string name() const override { return "allreduce"; }
   std::string help() const override {
@@ -86,7 +86,8 @@ class AllreduceModule final : public Module {
   }
 
   void add_options(CLI::App& app) override {
-    opts_ = Options{};
+    opts_ = Options{};  // a fresh parse starts from the defaults
+    effective_.reset();
     app.add_option("--collective", opts_.collective,
                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, "
                    "gather, scatter, alltoallv, hypercube (a list) or all")
@@ -167,8 +168,6 @@ class AllreduceModule final : public Module {
     flag("-K,--per_iter_skip", opts_.per_iter_skip, "Leading samples left out (as warm-up)");
   }
 
-  void validate() const override { (void)resolve_settings(opts_, false); }
-
   std::optional<std::string> unsupported(const System&,
                                          const std::vector<int>& gpus) const override {
     const int n = rank_count(gpus);
@@ -178,16 +177,7 @@ class AllreduceModule final : public Module {
     return std::nullopt;
   }
 
-  ojson config() const override {
-    try {
-      return resolve_settings(opts_, quick_).to_json();
-    } catch (const InputError&) {
-      return ojson::object();
-    }
-  }
-
   Report run(Context& ctx) override {
-    quick_ = ctx.quick();
     Settings s = resolve_settings(opts_, ctx.quick());
     const ProcessInfo& proc = process_info();
     Report pre;
@@ -215,6 +205,7 @@ class AllreduceModule final : public Module {
       pre.warn(why + ": left out");
       it = s.collectives.erase(it);
     }
+    effective_ = s;  // the report's config: what runs (fp8, -R 2, collectives fitted to here)
 
     // Message sizes: whole elements per rank for every type, cut to what fits.
     std::vector<std::uint64_t> sizes =
@@ -651,8 +642,9 @@ class AllreduceModule final : public Module {
                  "any rank; other processes on the GPU count too"}};
   }
 
-  Options opts_;
-  bool quick_ = false;
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick);
+  }
 };
 
 }  // namespace

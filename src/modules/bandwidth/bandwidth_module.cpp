@@ -16,7 +16,7 @@ namespace {
 
 using bandwidth::Part;
 
-class BandwidthModule final : public Module {
+class BandwidthModule final : public ResolvingModule<bandwidth::Options, bandwidth::Settings> {
  public:
   std::string name() const override { return "bandwidth"; }
   std::string help() const override {
@@ -47,17 +47,6 @@ class BandwidthModule final : public Module {
         "Transfer sizes of the size sweep (default 1M,2M,4M,...,2G; 1M,16M,256M with --quick)");
     app.add_option("--latency-hops", opts_.latency_hops, "Dependent loads per latency measurement")
         ->capture_default_str();
-  }
-
-  void validate() const override { (void)bandwidth::resolve_settings(opts_, /*quick=*/false); }
-
-  nlohmann::ordered_json config() const override {
-    if (effective_) return effective_->to_json();
-    try {
-      return bandwidth::resolve_settings(opts_, false).to_json();
-    } catch (const InputError&) {
-      return nlohmann::ordered_json::object();
-    }
   }
 
   Report run(Context& ctx) override {
@@ -117,8 +106,9 @@ class BandwidthModule final : public Module {
     }
   }
 
-  bandwidth::Options opts_;
-  std::optional<bandwidth::Settings> effective_;
+  bandwidth::Settings resolve(const bandwidth::Options& o, bool quick) const override {
+    return bandwidth::resolve_settings(o, quick);
+  }
 };
 
 }  // namespace
