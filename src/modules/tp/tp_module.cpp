@@ -154,6 +154,7 @@ class TpModule final : public ResolvingModule<Options, Settings> {
     };
     if (!s.micro.empty()) {
       std::vector<MicroOutcome> all;
+      progress::expect(degrees.size() * s.micro.size() * s.micro_tokens.size());
       for (int t : degrees) {
         if (stopping()) break;
         watched(t, [&](RankGroup& group) {
