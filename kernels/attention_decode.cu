@@ -23,11 +23,11 @@
 #include <cstring>
 #include <type_traits>
 
-#include "attention.cuh"
-#include "device_common.cuh"
+#include "gpubench/kernels/attention.cuh"
+#include "gpubench/kernels/device_common.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
-#include "pdl.cuh"
+#include "gpubench/kernels/pdl.cuh"
 
 namespace gpubench {
 
@@ -81,18 +81,6 @@ struct DecodeParams {
   bool cache_ready;          // AttentionArgs::cache_ready
   bool delay_next;           // with merge_launches_next: the launch lead below
 };
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // 16 bytes read once (the query): read-only during the kernel, not worth a place in L1.
 __device__ __forceinline__ uint4 load_once(const void* p) {
@@ -211,8 +199,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(HB, LEAD))
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const std::int64_t row = min(base + u * NG + gi, end - 1) * p.kv_stride;
-        cp_async16(st + (2 * u) * kThreads, kb + row);
-        cp_async16(st + (2 * u + 1) * kThreads, vb + row);
+        cp_async_cg16(st + (2 * u) * kThreads, kb + row);
+        cp_async_cg16(st + (2 * u + 1) * kThreads, vb + row);
       }
     }
     cp_async_commit();

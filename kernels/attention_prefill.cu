@@ -18,7 +18,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
+#include "gpubench/kernels/device_common.cuh"
 #include "gpubench/core/cuda.hpp"
 
 namespace gpubench {
@@ -67,23 +68,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // bank conflicts without padding. Every ldmatrix pattern above starts at a row multiple of 8, so
 // row % 8 == lane % 8 and each lane's swizzle is fixed.
 // ---------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy that bypasses L1; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 
 // volatile: the same address is read again after every barrier (new tile data), so these loads
 // must neither be merged across iterations nor hoisted out of the loop.
@@ -152,7 +136,7 @@ __device__ __forceinline__ void load_tile(std::uint32_t dst, const T* src, std::
     const int r = row0 + it * kRowsPerPass;
     const bool ok = r < valid;
     const T* g = src + (ok ? r : 0) * stride + chunk * 8;
-    cp_async_16(dst + static_cast<std::uint32_t>(r * D * 2) + col, g, ok ? 16 : 0);
+    cp_async_cg16(dst + static_cast<std::uint32_t>(r * D * 2) + col, g, ok ? 16 : 0);
   }
 }
 
@@ -235,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(AttentionArgs a, i
 
   load_tile<D, kBlockM>(s_q, q_src, a.q_stride, q_rows);
   load_kv(0);  // one group with Q
-  cp_async_wait_all();
+  cp_async_wait<0>();
   __syncthreads();
 
   // Q fragments kept in registers when they fit (head_dim 64): [m tile][k step][a0..a3].
@@ -393,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_kernel(AttentionArgs a, i
       }
     }
     // Tile t+1 has landed for everyone, and stage t % 2 is free for tile t+2.
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
   }
 

@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
 #include "gpubench/core/cuda.hpp"
-#include "transformer.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 namespace gpubench {
 

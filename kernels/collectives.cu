@@ -6,9 +6,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "collectives.cuh"
-#include "collectives_values.cuh"
-#include "memory.cuh"  // current_device_sm_count
+#include "gpubench/kernels/collectives.cuh"
+#include "gpubench/kernels/collectives_values.cuh"
+#include "gpubench/kernels/memory.cuh"  // current_device_sm_count
 
 namespace gpubench {
 

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "gemm_check.cuh"
-#include "memory.cuh"
+#include "gpubench/kernels/gemm_check.cuh"
+#include "gpubench/kernels/memory.cuh"
 
 namespace gpubench {
 

@@ -1,6 +1,6 @@
 // STREAM kernels and their launchers: copy, scale, add, triad, write with 16-byte accesses, the
 // dot/read reductions finished by the last block, seeded init and the on-device checks.
-#include "memory_common.cuh"
+#include "gpubench/kernels/memory_common.cuh"
 
 namespace gpubench {
 

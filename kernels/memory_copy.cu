@@ -1,7 +1,7 @@
 // Transfer kernels and their launchers: the verification pattern (fill and check), the SM copy
 // that moves data through a GPU's own SMs (peer and mapped host pointers included), and the
 // one-thread pointer chase behind the latency figures.
-#include "memory_common.cuh"
+#include "gpubench/kernels/memory_common.cuh"
 
 namespace gpubench {
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "gpubench/core/errors.hpp"
-#include "one_shot.cuh"
-#include "pdl.cuh"
+#include "gpubench/kernels/one_shot.cuh"
+#include "gpubench/kernels/pdl.cuh"
 
 namespace gpubench {
 

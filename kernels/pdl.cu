@@ -1,7 +1,7 @@
 // The host side of programmatic dependent launch (pdl.cuh): which launches may use it.
 #include <atomic>
 
-#include "pdl.cuh"
+#include "gpubench/kernels/pdl.cuh"
 
 namespace gpubench {
 

@@ -37,8 +37,8 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
-#include "skinny_gemm.cuh"
-#include "skinny_gemm_common.cuh"
+#include "gpubench/kernels/skinny_gemm.cuh"
+#include "gpubench/kernels/skinny_gemm_common.cuh"
 
 namespace gpubench {
 

@@ -8,8 +8,8 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
-#include "pdl.cuh"
-#include "skinny_gemm_common.cuh"
+#include "gpubench/kernels/pdl.cuh"
+#include "gpubench/kernels/skinny_gemm_common.cuh"
 
 namespace gpubench::skinny {
 

@@ -1,5 +1,5 @@
 // Spin kernel (holds a stream until released) and a busy kernel; launchers beside them.
-#include "spin.cuh"
+#include "gpubench/kernels/spin.cuh"
 
 #include "gpubench/core/cuda.hpp"
 

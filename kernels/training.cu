@@ -8,8 +8,8 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
-#include "training.cuh"
-#include "transformer.cuh"
+#include "gpubench/kernels/training.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 namespace gpubench {
 

@@ -1,7 +1,7 @@
 // The positions of a step, written on the GPU (capturable in a CUDA graph).
 #include "gpubench/core/cuda.hpp"
-#include "pdl.cuh"
-#include "transformer_engine.cuh"
+#include "gpubench/kernels/pdl.cuh"
+#include "gpubench/kernels/transformer_engine.cuh"
 
 namespace gpubench {
 

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "gpubench/core/errors.hpp"
-#include "pdl.cuh"
-#include "transformer.cuh"
+#include "gpubench/kernels/pdl.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 namespace gpubench {
 

@@ -15,7 +15,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/watchdog.hpp"
-#include "spin.cuh"
+#include "gpubench/kernels/spin.cuh"
 
 namespace gpubench {
 

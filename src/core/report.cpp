@@ -12,7 +12,7 @@
 #include <random>
 
 #include "gpubench/core/errors.hpp"
-#include "report_tables.hpp"
+#include "gpubench/core/report_tables.hpp"
 
 namespace gpubench {
 

@@ -1,5 +1,5 @@
 // Builds the tables that both the console and the Markdown writer render.
-#include "report_tables.hpp"
+#include "gpubench/core/report_tables.hpp"
 
 #include <fmt/format.h>
 

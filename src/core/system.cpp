@@ -31,7 +31,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/nvml.hpp"
-#include "system_detail.hpp"
+#include "gpubench/core/system_detail.hpp"
 
 namespace gpubench {
 

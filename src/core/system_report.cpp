@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gpubench/core/monitor.hpp"
+#include "gpubench/core/system_detail.hpp"
 #include "gpubench/core/units.hpp"
-#include "system_detail.hpp"
 
 namespace gpubench {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "system_detail.hpp"
+#include "gpubench/core/system_detail.hpp"
 
 namespace gpubench {
 

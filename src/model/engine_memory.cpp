@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "attention.cuh"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/kernels/attention.cuh"
 #include "gpubench/model/transformer.hpp"
 
 namespace gpubench::model {

@@ -72,10 +72,6 @@ MeasureOptions engine_step_options(const CommonOptions& c) {
   return m;
 }
 
-MeasureOptions engine_step_options(const Context& ctx) {
-  return engine_step_options(ctx.common());
-}
-
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return INFINITY;
   double num = 0, den = 0;

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
-#include "skinny_gemm.cuh"
-#include "transformer_engine.cuh"
+#include "gpubench/kernels/attention.cuh"
+#include "gpubench/kernels/skinny_gemm.cuh"
+#include "gpubench/kernels/transformer_engine.cuh"
 
 namespace gpubench::model {
 

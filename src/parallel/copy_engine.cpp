@@ -11,8 +11,8 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/mpi.hpp"
 #include "gpubench/core/peers.hpp"
+#include "gpubench/kernels/transformer.cuh"
 #include "gpubench/parallel/collectives.hpp"
-#include "transformer.cuh"
 
 namespace gpubench::parallel {
 

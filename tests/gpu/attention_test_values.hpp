@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
 #include "half_bits.hpp"
 
 namespace gpubench::testing {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
 #include "attention_test_values.hpp"
-#include "gemm_check.cuh"
+#include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "half_bits.hpp"
 

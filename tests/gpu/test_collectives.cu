@@ -16,8 +16,8 @@
 #include <optional>
 #include <vector>
 
-#include "../../src/modules/allreduce/allreduce.hpp"
-#include "collectives.cuh"  // kMaxAlltoallvRanks
+#include "gpubench/modules/allreduce/allreduce.hpp"
+#include "gpubench/kernels/collectives.cuh"  // kMaxAlltoallvRanks
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/nccl_compat.hpp"

@@ -18,13 +18,13 @@
 #include <cstring>
 #include <vector>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
 #include "attention_test_values.hpp"
-#include "gemm_check.cuh"
+#include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "graph_timing.hpp"
-#include "transformer.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 using namespace gpubench;
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/modules/matmul/matmul.hpp"
-#include "gemm_check.cuh"
+#include "gpubench/modules/matmul/matmul.hpp"
+#include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"

@@ -7,7 +7,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/measure.hpp"
 #include "gpubench/core/ranks.hpp"
-#include "spin.cuh"
+#include "gpubench/kernels/spin.cuh"
 
 using namespace gpubench;
 

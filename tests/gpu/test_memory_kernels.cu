@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
-#include "memory.cuh"
+#include "gpubench/kernels/memory.cuh"
 
 using namespace gpubench;
 

@@ -12,11 +12,11 @@
 #include <map>
 #include <numeric>
 
-#include "../../src/modules/pp/pp.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 using namespace gpubench;
 using namespace gpubench::pp;

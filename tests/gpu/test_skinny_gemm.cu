@@ -25,7 +25,7 @@
 #include "gpubench/model/transformer.hpp"
 #include "graph_timing.hpp"
 #include "half_bits.hpp"
-#include "skinny_gemm.cuh"
+#include "gpubench/kernels/skinny_gemm.cuh"
 
 using namespace gpubench;
 

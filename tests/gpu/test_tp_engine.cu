@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../src/modules/tp/tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/nccl.hpp"

@@ -19,8 +19,8 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "half_bits.hpp"
-#include "training.cuh"
-#include "transformer.cuh"
+#include "gpubench/kernels/training.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 using namespace gpubench;
 

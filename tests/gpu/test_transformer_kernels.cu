@@ -18,7 +18,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "half_bits.hpp"
-#include "transformer.cuh"
+#include "gpubench/kernels/transformer.cuh"
 
 using namespace gpubench;
 

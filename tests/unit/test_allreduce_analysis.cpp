@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "../../src/modules/allreduce/allreduce.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 using namespace gpubench;
 using namespace gpubench::allreduce;
@@ -65,7 +65,7 @@ TEST(AllreduceKnee, InterpolatesOnLogSize) {
   EXPECT_FALSE(size_at_fraction_of_peak({}, 0.5).has_value());
 }
 
-#include "../../src/modules/allreduce/settings.hpp"
+#include "gpubench/modules/allreduce/settings.hpp"
 
 TEST(AllreduceSettings, DefaultsAndChecks) {
   const Settings full = resolve_settings(Options{}, false);

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "../../src/modules/allreduce/allreduce.hpp"
-#include "collectives.cuh"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/kernels/collectives.cuh"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

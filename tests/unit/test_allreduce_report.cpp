@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "../../src/modules/allreduce/allreduce.hpp"
-#include "../../src/modules/allreduce/results.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
+#include "gpubench/modules/allreduce/results.hpp"
 
 using namespace gpubench;
 using namespace gpubench::allreduce;

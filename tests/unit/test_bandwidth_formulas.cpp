@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/modules/bandwidth/bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

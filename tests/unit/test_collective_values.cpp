@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "collectives_values.cuh"
+#include "gpubench/kernels/collectives_values.cuh"
 
 using namespace gpubench;
 

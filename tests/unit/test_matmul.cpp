@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "../../src/modules/matmul/matmul.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/result.hpp"
+#include "gpubench/modules/matmul/matmul.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

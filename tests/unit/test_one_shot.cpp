@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "gpubench/core/errors.hpp"
-#include "one_shot.cuh"
+#include "gpubench/kernels/one_shot.cuh"
 
 using namespace gpubench;
 

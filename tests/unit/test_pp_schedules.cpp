@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "../../src/modules/pp/pp.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;
@@ -279,4 +279,63 @@ TEST(PpTrace, MeasuredTransfersDrawnAsMeasured) {
   }
   EXPECT_EQ(send, 1);
   EXPECT_EQ(recv, 1);
+}
+
+// Two stages, one microbatch, GPipe: a forward hop and a backward hop, marked by hand.
+TEST(PpMeasuredTimeline, SpansTransfersAndBubble) {
+  auto op = [](double ready, double usable, double end) {
+    OpMarks m;
+    m.ready = ready;
+    m.usable = usable;
+    m.end = end;
+    return m;
+  };
+  OpMarks s0f = op(0, 0, 1), s0b = op(1, 3.4, 4.4);
+  s0f.send_begin = 1.0, s0f.send_end = 1.2;
+  s0b.recv_begin = 1.0, s0b.recv_end = 3.4;
+  OpMarks s1f = op(0, 1.2, 2.2), s1b = op(2.2, 2.2, 3.0);
+  s1f.recv_begin = 0, s1f.recv_end = 1.2;
+  s1b.send_begin = 3.0, s1b.send_end = 3.3;
+  const std::vector<std::vector<OpMarks>> marks{{s0f, s0b}, {s1f, s1b}};
+
+  TransferTotals nccl;
+  const Timeline t = measured_timeline(Schedule::GPipe, 2, 1, 1, marks, false, nccl);
+  ASSERT_EQ(t.stages.size(), 2u);
+  EXPECT_DOUBLE_EQ(t.stages[0][1].start, 3.4);
+  EXPECT_DOUBLE_EQ(t.stages[1][0].end, 2.2);
+  EXPECT_DOUBLE_EQ(t.busy_s, 1.0 + 1.0 + 1.0 + 0.8);
+  EXPECT_DOUBLE_EQ(t.makespan_s, 4.4);
+  EXPECT_DOUBLE_EQ(t.bubble, 1.0 - 3.8 / (2 * 4.4));
+  EXPECT_EQ(nccl.hops, 2);
+  // NCCL: from the later of the send and the posted receive to the arrival.
+  EXPECT_NEAR(nccl.transfer_s, 0.2 + 0.4, 1e-12);
+  EXPECT_NEAR(nccl.exposed_s, 0.2 + 0.4, 1e-12);
+  ASSERT_EQ(t.recvs[0].size(), 1u);
+  EXPECT_DOUBLE_EQ(t.recvs[0][0].start, 3.0);
+  EXPECT_DOUBLE_EQ(t.recvs[0][0].end, 3.4);
+  ASSERT_EQ(t.sends[1].size(), 1u);
+  EXPECT_DOUBLE_EQ(t.sends[1][0].end, 3.3);
+
+  // Copy engines: the sender's peer copy; the receiver's wait beyond it is not transfer.
+  TransferTotals ce;
+  const Timeline c = measured_timeline(Schedule::GPipe, 2, 1, 1, marks, true, ce);
+  EXPECT_NEAR(ce.transfer_s, 0.2 + 0.3, 1e-12);
+  EXPECT_NEAR(ce.exposed_s, 0.2 + 0.3, 1e-12);
+  EXPECT_DOUBLE_EQ(c.recvs[0][0].end, 3.3);
+
+  // A receive that arrived before the receiver was ready exposes nothing.
+  auto early = marks;
+  early[1][0].ready = 1.5;
+  early[1][0].usable = 1.5;
+  TransferTotals e;
+  (void)measured_timeline(Schedule::GPipe, 2, 1, 1, early, false, e);
+  EXPECT_NEAR(e.exposed_s, 0.4, 1e-12);
+}
+
+TEST(PpMeasuredTimeline, MarksThatDoNotMatchTheOrders) {
+  TransferTotals t;
+  const std::vector<std::vector<OpMarks>> one_stage{{OpMarks{}, OpMarks{}}};
+  EXPECT_THROW(measured_timeline(Schedule::GPipe, 2, 1, 1, one_stage, false, t), InputError);
+  const std::vector<std::vector<OpMarks>> short_stage{{OpMarks{}, OpMarks{}}, {OpMarks{}}};
+  EXPECT_THROW(measured_timeline(Schedule::GPipe, 2, 1, 1, short_stage, false, t), InputError);
 }

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/modules/pp/pp.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

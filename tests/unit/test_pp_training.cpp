@@ -3,10 +3,10 @@
 // and the peak saved activations of GPipe against 1F1B.
 #include <gtest/gtest.h>
 
-#include "../../src/modules/pp/pp.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 using namespace gpubench;
 using namespace gpubench::pp;

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
-#include "../../src/modules/seqlen/seqlen.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/modules/seqlen/seqlen.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <thread>
 
-#include "../../src/core/system_detail.hpp"
 #include "gpubench/core/monitor.hpp"
 #include "gpubench/core/nvml.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/system_detail.hpp"
 
 using namespace gpubench;
 

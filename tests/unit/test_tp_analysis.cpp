@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "../../src/modules/tp/tp.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 #include "input_error.hpp"
 
 using namespace gpubench;

@@ -25,7 +25,7 @@
 #include <memory>
 #include <string>
 
-#include "attention.cuh"
+#include "gpubench/kernels/attention.cuh"
 
 namespace gpubench {
 

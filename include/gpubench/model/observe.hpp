@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/measure.hpp"
+#include "gpubench/core/options.hpp"
 #include "gpubench/model/transformer.hpp"
 
 namespace gpubench::model {
@@ -58,7 +58,6 @@ std::vector<double> to_host_values(const void* device_ptr, std::size_t n, ActDty
 // steps. The run's --iters, --warmup, --min-time, --max-noise and --max-time, where given, win
 // over these defaults.
 MeasureOptions engine_step_options(const CommonOptions& common);
-MeasureOptions engine_step_options(const Context& ctx);  // with ctx.common()
 
 // ||a - b|| / ||b||; infinity when the sizes differ, an entry is not finite or b is all zero.
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b);

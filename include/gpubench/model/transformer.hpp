@@ -17,13 +17,13 @@
 #include <tuple>
 #include <vector>
 
-#include "attention.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/kernels/attention.cuh"
+#include "gpubench/kernels/skinny_gemm.cuh"
+#include "gpubench/kernels/transformer.cuh"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
-#include "skinny_gemm.cuh"
-#include "transformer.cuh"
 
 namespace gpubench::model {
 

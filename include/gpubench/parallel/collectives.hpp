@@ -11,8 +11,8 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/ranks.hpp"
+#include "gpubench/kernels/one_shot.cuh"
 #include "gpubench/model/transformer.hpp"
-#include "one_shot.cuh"
 
 namespace gpubench::parallel {
 

@@ -10,7 +10,6 @@
 #include <mutex>
 #include <optional>
 
-#include "allreduce.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -21,9 +20,10 @@
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/runner.hpp"  // utc_now
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
+#include "gpubench/modules/allreduce/results.hpp"
+#include "gpubench/modules/allreduce/settings.hpp"
 #include "gpubench/parallel/collectives.hpp"
-#include "results.hpp"
-#include "settings.hpp"
 
 extern char** environ;
 

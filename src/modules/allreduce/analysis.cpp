@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "allreduce.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 namespace gpubench::allreduce {
 

@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "allreduce.hpp"
-#include "collectives.cuh"  // kMaxAlltoallvRanks
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/nccl_compat.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/kernels/collectives.cuh"  // kMaxAlltoallvRanks
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 namespace gpubench::allreduce {
 

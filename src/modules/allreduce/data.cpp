@@ -2,11 +2,11 @@
 // output elements, on the GPU (kernels/collectives.cu) from the module's types.
 #include <fmt/format.h>
 
-#include "allreduce.hpp"
-#include "collectives.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl_compat.hpp"
+#include "gpubench/kernels/collectives.cuh"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 namespace gpubench::allreduce {
 

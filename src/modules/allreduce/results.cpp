@@ -1,6 +1,6 @@
 // The allreduce report: nccl-tests' columns per collective, busbw and time curves, the
 // alpha-beta fits and knees in one comparison table, and the headline keys.
-#include "results.hpp"
+#include "gpubench/modules/allreduce/results.hpp"
 
 #include <fmt/format.h>
 

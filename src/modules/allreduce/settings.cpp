@@ -1,5 +1,5 @@
 // Options -> Settings for `gpubench allreduce`: defaults, parsing and checks.
-#include "settings.hpp"
+#include "gpubench/modules/allreduce/settings.hpp"
 
 #include <fmt/format.h>
 

@@ -6,9 +6,9 @@
 
 #include <optional>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/progress.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

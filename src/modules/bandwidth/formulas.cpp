@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

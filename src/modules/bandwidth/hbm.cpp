@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

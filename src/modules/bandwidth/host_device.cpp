@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <random>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

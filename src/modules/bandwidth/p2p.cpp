@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

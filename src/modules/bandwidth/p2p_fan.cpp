@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

@@ -8,9 +8,9 @@
 #include <exception>
 #include <thread>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

@@ -5,9 +5,9 @@
 #include <iterator>
 #include <string>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <set>
 
-#include "bandwidth.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

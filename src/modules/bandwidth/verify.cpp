@@ -9,7 +9,7 @@
 #include <functional>
 #include <thread>
 
-#include "bandwidth.hpp"
+#include "gpubench/modules/bandwidth/bandwidth.hpp"
 
 namespace gpubench::bandwidth {
 

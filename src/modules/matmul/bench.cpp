@@ -11,11 +11,11 @@
 #include <limits>
 #include <thread>
 
-#include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
-#include "matmul.hpp"
+#include "gpubench/kernels/gemm_check.cuh"
+#include "gpubench/modules/matmul/matmul.hpp"
 
 namespace gpubench::matmul {
 

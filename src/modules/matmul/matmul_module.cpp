@@ -11,7 +11,7 @@
 #include "gpubench/core/peaks.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/units.hpp"
-#include "matmul.hpp"
+#include "gpubench/modules/matmul/matmul.hpp"
 
 namespace gpubench {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "gpubench/core/peaks.hpp"
-#include "matmul.hpp"
+#include "gpubench/modules/matmul/matmul.hpp"
 
 namespace gpubench::matmul {
 

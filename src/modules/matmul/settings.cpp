@@ -9,7 +9,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/presets.hpp"
-#include "matmul.hpp"
+#include "gpubench/modules/matmul/matmul.hpp"
 
 namespace gpubench::matmul {
 

@@ -16,8 +16,8 @@
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 #include "gpubench/parallel/collectives.hpp"
-#include "pp.hpp"
 
 namespace gpubench::pp {
 
@@ -58,7 +58,7 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
   const ncclDataType_t type = dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
   const std::int64_t H = s.model.hidden_size;
   const std::vector<int> stage_layers = inference_stage_layers(s, l.pp);
-  const MeasureOptions mo = model::engine_step_options(ctx);
+  const MeasureOptions mo = model::engine_step_options(ctx.common());
   const std::size_t logit_elems = static_cast<std::size_t>(seqs) * s.model.vocab_size;
   spdlog::info("pp: layout {}, batch {}: {} microbatches of {} sequences", l.name(), batch, m,
                seqs);

@@ -10,7 +10,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/shard.hpp"
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 

@@ -17,7 +17,7 @@
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench {
 

@@ -8,7 +8,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 
@@ -188,6 +188,59 @@ Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times) {
   for (double f : free_at) t.makespan_s = std::max(t.makespan_s, f);
   t.bubble = t.makespan_s > 0 ? 1 - t.busy_s / (p * t.makespan_s) : 0;
   return t;
+}
+
+Timeline measured_timeline(Schedule s, int p, int m, int v,
+                           const std::vector<std::vector<OpMarks>>& marks, bool copy_engines,
+                           TransferTotals& totals) {
+  std::vector<std::vector<Op>> orders;
+  for (int j = 0; j < p; ++j) orders.push_back(stage_order(s, p, m, v, j));
+  if (marks.size() != orders.size())
+    throw InputError(fmt::format("measured timeline: marks of {} stages for {}", marks.size(), p));
+  for (int j = 0; j < p; ++j)
+    if (marks[static_cast<std::size_t>(j)].size() != orders[static_cast<std::size_t>(j)].size())
+      throw InputError(fmt::format("measured timeline: stage {} has marks of {} operations for {}",
+                                   j, marks[static_cast<std::size_t>(j)].size(),
+                                   orders[static_cast<std::size_t>(j)].size()));
+  // Where an operation is in its stage's order.
+  auto find = [&](int j, const Op& want) -> std::size_t {
+    const auto& ord = orders[static_cast<std::size_t>(j)];
+    for (std::size_t i = 0; i < ord.size(); ++i)
+      if (ord[i] == want) return i;
+    throw InputError("measured timeline: an operation missing from a stage's order");
+  };
+  Timeline tl;
+  tl.stages.resize(static_cast<std::size_t>(p));
+  tl.sends.resize(static_cast<std::size_t>(p));
+  tl.recvs.resize(static_cast<std::size_t>(p));
+  totals = TransferTotals{};
+  for (int j = 0; j < p; ++j) {
+    const auto J = static_cast<std::size_t>(j);
+    for (std::size_t i = 0; i < orders[J].size(); ++i) {
+      const Op& op = orders[J][i];
+      const OpMarks& a = marks[J][i];
+      tl.stages[J].push_back(Span{op, a.usable, a.end});
+      tl.busy_s += a.end - a.usable;
+      tl.makespan_s = std::max({tl.makespan_s, a.end, a.send_end});
+      if (a.send_end >= 0) tl.sends[J].push_back(Span{op, a.send_begin, a.send_end});
+      if (a.recv_end < 0) continue;  // nothing received
+      // The sender: the previous virtual stage's forward, or the next one's backward.
+      const int k = op.chunk * p + j;
+      const int ks = op.forward ? k - 1 : k + 1;
+      const int sj = ks % p;
+      const OpMarks& sa =
+          marks[static_cast<std::size_t>(sj)][find(sj, Op{op.forward, op.mb, ks / p})];
+      const double begin = copy_engines ? sa.send_begin : std::max(sa.send_begin, a.recv_begin);
+      const double end = copy_engines ? sa.send_end : a.recv_end;
+      const double dur = std::max(0.0, end - begin);
+      tl.recvs[J].push_back(Span{op, begin, end});
+      totals.transfer_s += dur;
+      totals.exposed_s += std::clamp(a.recv_end - std::max(a.ready, begin), 0.0, dur);
+      ++totals.hops;
+    }
+  }
+  tl.bubble = tl.makespan_s > 0 ? 1.0 - tl.busy_s / (p * tl.makespan_s) : 0.0;
+  return tl;
 }
 
 }  // namespace gpubench::pp

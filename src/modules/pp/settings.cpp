@@ -7,7 +7,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 

@@ -1,7 +1,7 @@
 // The Chrome trace of a pipeline timeline (chrome://tracing, Perfetto).
 #include <fmt/format.h>
 
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 

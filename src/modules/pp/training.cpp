@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "gpubench/core/errors.hpp"
-#include "pp.hpp"
+#include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 

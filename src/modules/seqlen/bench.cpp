@@ -9,14 +9,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "attention.cuh"
-#include "gemm_check.cuh"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/kernels/attention.cuh"
+#include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/model/observe.hpp"
-#include "seqlen.hpp"
+#include "gpubench/modules/seqlen/seqlen.hpp"
 
 namespace gpubench::seqlen {
 
@@ -120,7 +120,7 @@ PointOutcome run_point(Context& ctx, int gpu, const Settings& s, std::int64_t ba
     return o;
   }
 
-  const MeasureOptions mo = model::engine_step_options(ctx);
+  const MeasureOptions mo = model::engine_step_options(ctx.common());
   const std::int32_t* ids = t.tokens(b, n, 7, st);
   o.prefill = ctx.measure(gpu, st, [&](cudaStream_t s2, int) { t.prefill(ids, b, n, s2); }, mo);
 

@@ -16,7 +16,7 @@
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/core/units.hpp"
-#include "seqlen.hpp"
+#include "gpubench/modules/seqlen/seqlen.hpp"
 
 namespace gpubench {
 

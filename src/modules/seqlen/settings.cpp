@@ -9,7 +9,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/units.hpp"
-#include "seqlen.hpp"
+#include "gpubench/modules/seqlen/seqlen.hpp"
 
 namespace gpubench::seqlen {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "gpubench/core/errors.hpp"
-#include "tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench::tp {
 

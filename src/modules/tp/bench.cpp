@@ -18,7 +18,7 @@
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/observe.hpp"
-#include "tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench::tp {
 
@@ -314,7 +314,8 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
   if (group.size() != t) throw InputError(fmt::format("--tp: {} ranks for TP={}", group.size(), t));
   const std::int64_t H = s.model.hidden_size;
   const std::int64_t max_prompt = std::max(s.seq_lens.back(), s.contexts.back());
-  const MeasureOptions step_mo = model::engine_step_options(ctx), comm_mo = collective_options(ctx);
+  const MeasureOptions step_mo = model::engine_step_options(ctx.common()),
+                       comm_mo = collective_options(ctx);
   std::vector<Outcome> out;
   // --collectives copy-engine: the ranks' shared staging, sized for the largest chunk of the
   // largest prefill's all-reduce.

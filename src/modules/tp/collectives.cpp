@@ -6,7 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gpubench/core/mpi.hpp"
-#include "tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench::tp {
 

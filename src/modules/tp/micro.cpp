@@ -18,9 +18,9 @@
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/ranks.hpp"
+#include "gpubench/kernels/transformer.cuh"
 #include "gpubench/model/observe.hpp"
-#include "tp.hpp"
-#include "transformer.cuh"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench::tp {
 

@@ -8,7 +8,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
-#include "tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench::tp {
 

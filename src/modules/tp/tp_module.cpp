@@ -14,7 +14,7 @@
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/units.hpp"
-#include "tp.hpp"
+#include "gpubench/modules/tp/tp.hpp"
 
 namespace gpubench {
 

@@ -28,8 +28,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "collectives.cuh"
-#include "memory.cuh"  // mix64, GPB_HOST_DEVICE
+#include "gpubench/kernels/collectives.cuh"
+#include "gpubench/kernels/memory.cuh"  // mix64, GPB_HOST_DEVICE
 
 namespace gpubench {
 namespace {

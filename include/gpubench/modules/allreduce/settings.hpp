@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "allreduce.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 namespace gpubench::allreduce {
 

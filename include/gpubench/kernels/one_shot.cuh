@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transformer.cuh"  // ActDtype
+#include "gpubench/kernels/transformer.cuh"  // ActDtype
 
 namespace gpubench {
 

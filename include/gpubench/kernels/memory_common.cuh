@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "memory.cuh"
+#include "gpubench/kernels/memory.cuh"
 
 namespace gpubench {
 namespace {

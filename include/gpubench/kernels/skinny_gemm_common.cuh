@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "device_common.cuh"
-#include "skinny_gemm.cuh"
+#include "gpubench/kernels/device_common.cuh"
+#include "gpubench/kernels/skinny_gemm.cuh"
 
 namespace gpubench::skinny {
 
@@ -43,13 +43,6 @@ __device__ __forceinline__ void copy_input(void* smem, const void* gmem, unsigne
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(bytes)
                : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // acc + the dot product of 8 packed W values with 8 floats of x, in order.

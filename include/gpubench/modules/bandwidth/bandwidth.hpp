@@ -12,10 +12,10 @@
 
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
-#include "gpubench/core/peers.hpp"
 #include "gpubench/core/module.hpp"
+#include "gpubench/core/peers.hpp"
 #include "gpubench/core/result.hpp"
-#include "memory.cuh"
+#include "gpubench/kernels/memory.cuh"
 
 namespace gpubench {
 

@@ -10,14 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpubench/core/units.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/measure.hpp"
 #include "gpubench/core/monitor.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/kernels/transformer.cuh"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/transformer.hpp"
-#include "transformer.cuh"
 
 namespace gpubench::seqlen {
 

@@ -151,6 +151,29 @@ Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
 // the timeline lacks forward or backward spans.
 double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v);
 
+// What a measured step recorded for one operation of a stage's order, in seconds from the
+// stage's start of the step (-1: not recorded: no receive, no send): when its inputs were
+// queued (ready), when the compute stream could use what it received (usable) and was done
+// (end), the receive's begin and end, the send's begin and end.
+struct OpMarks {
+  double ready = -1, usable = -1, end = -1;
+  double recv_begin = -1, recv_end = -1, send_begin = -1, send_end = -1;
+};
+// The timeline of a measured training step from every stage's marks (marks[stage][i] for
+// operation i of stage_order(s, p, m, v, stage)): compute spans from usable to end, each send,
+// and each receive, which over NCCL spans from the later of its send's begin and its own
+// posting to its arrival and over the copy engines (`copy_engines`) is the sender's peer copy.
+// Also the transfers' total time, the part of it a receiving stage stood waiting (from the
+// later of ready and the transfer's begin to the arrival) and the hops. InputError when the
+// marks do not match the orders.
+struct TransferTotals {
+  double transfer_s = 0, exposed_s = 0;
+  int hops = 0;
+};
+Timeline measured_timeline(Schedule s, int p, int m, int v,
+                           const std::vector<std::vector<OpMarks>>& marks, bool copy_engines,
+                           TransferTotals& totals);
+
 // ---------------------------------------------------------------------------------------------
 // Stages
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "transformer.cuh"  // ActDtype
+#include "gpubench/kernels/transformer.cuh"  // ActDtype
 
 namespace gpubench {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "allreduce.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/stats.hpp"
+#include "gpubench/modules/allreduce/allreduce.hpp"
 
 namespace gpubench::allreduce {
 

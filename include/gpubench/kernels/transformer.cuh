@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memory.cuh"  // mix64, GPB_HOST_DEVICE
+#include "gpubench/kernels/memory.cuh"  // mix64, GPB_HOST_DEVICE
 
 namespace gpubench {
 
@@ -173,7 +173,7 @@ void fill_tokens(std::int32_t* ids, std::int64_t n, int vocab, std::uint64_t see
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "device_common.cuh"
+#include "gpubench/kernels/device_common.cuh"
 
 namespace gpubench::transformer_detail {
 

@@ -1,11 +1,12 @@
 #pragma once
 // Device helpers the engine's kernels share: bf16 / fp16 storage to and from fp32, 16-byte packs
-// of 8 values to and from floats, RoPE's rotation, and the MLP's activations (SiLU of the gated
-// MLP, GELU).
+// of 8 values to and from floats, asynchronous copies to shared memory (cp.async), RoPE's
+// rotation, and the MLP's activations (SiLU of the gated MLP, GELU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -62,6 +63,31 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
     v[i] = static_cast<unsigned>(a) | (static_cast<unsigned>(b) << 16);
   }
   return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+// A shared-memory pointer as the 32-bit address PTX operands take.
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+// cp.async of 16 bytes from global to shared memory at `dst`, bypassing L1 (.cg: data read
+// once). With `src_bytes` (16 or 0) only that many are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_cg16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_cg16(std::uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// Closes this thread's group of cp.async copies issued since the last one.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // RoPE (rotate_half), the same arithmetic in every kernel that rotates: pair i of a head pairs
