@@ -14,9 +14,9 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env bandwidth
-# allreduce allreduce_mpi small_latency tp pp quick_start nccl_tests nvbandwidth; not by default:
-# sigterm sigterm_mpi hung_rank):
+# seqlen_quick compare torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env
+# bandwidth allreduce allreduce_mpi small_latency tp pp compare quick_start nccl_tests
+# nvbandwidth; not by default: sigterm sigterm_mpi hung_rank):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -27,6 +27,7 @@
 #   matmul_model  llama-2-7b's GEMMs at 4096 tokens, bf16 and fp8
 #   seqlen_decode batch-1 decode and prefill at 512, 2048 and 8192 tokens (the headline points)
 #   seqlen_quick  seqlen --quick
+#   compare       bandwidth --quick twice, the second run compared with the first
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
 #   hung_rank     the all_reduce sweep under mpirun with its last rank frozen (below)
@@ -45,9 +46,9 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      torch_matmul torch_decode babelstream nvbandwidth" ;;
+      compare torch_matmul torch_decode babelstream nvbandwidth" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
-    quick_start nccl_tests nvbandwidth" ;;
+    compare quick_start nccl_tests nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -118,6 +119,14 @@ has seqlen_decode && gpb seqlen_decode 200 seqlen --seq-lens 512,2048,8192 --bat
 has seqlen_quick && gpb seqlen_quick 200 seqlen --quick
 has tp && gpb tp 400 tp
 has pp && gpb pp 500 pp
+# compare: bandwidth --quick twice on this machine, then the second run against the first with
+# compare (nothing should regress), in compare/{base,new,report}/.
+if has compare; then
+  mkdir -p "$work/compare"
+  timed compare_base 120 "$bin" bandwidth --quick --output-dir "$work/compare/base"
+  timed compare_new 120 "$bin" bandwidth --quick --output-dir "$work/compare/new"
+  timed compare 60 bash -c "cd '$work/compare' && '$bin' compare base new --output-dir report"
+fi
 # sigterm: the all_reduce sweep stopped by SIGTERM (as Slurm's time limit does) after SIGTERM_AFTER
 # seconds (default 20): exit 143 and a partial report of the sizes that finished; sigterm_mpi
 # the same under mpirun, the signal sent to mpirun, which passes it to every rank.

@@ -278,7 +278,8 @@ int wait_for_lead() {
 }
 
 int exit_code_of(const Report& r) {
-  return r.status == "ok" ? kExitOk : kExitFailed;
+  if (r.status != "ok") return kExitFailed;
+  return r.verdict && r.verdict->level == "FAIL" ? kExitVerdict : kExitOk;
 }
 
 bool writes_folder(const CommonOptions& c) {
@@ -493,6 +494,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   // Parse and validate every module's options first: bad input stops the run before it starts.
   std::vector<std::pair<Module*, CommonOptions>> plan;
   for (auto& m : modules) {
+    if (!m->measures_here()) continue;
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
     check_input(*m, c);
     plan.emplace_back(m.get(), c);

@@ -18,6 +18,7 @@ ModulePtr make_matmul_module();
 ModulePtr make_seqlen_module();
 ModulePtr make_tp_module();
 ModulePtr make_pp_module();
+ModulePtr make_compare_module();
 
 std::vector<ModulePtr> make_modules() {
   std::vector<ModulePtr> m;
@@ -28,6 +29,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_seqlen_module());
   m.push_back(make_tp_module());
   m.push_back(make_pp_module());
+  m.push_back(make_compare_module());
   return m;
 }
 

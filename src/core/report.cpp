@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -108,6 +109,23 @@ std::string render_csv(const std::vector<Report>& reports) {
   return out;
 }
 
+namespace {
+
+// The verdict first: its line, then the findings that are not PASS.
+std::string verdict_markdown(const Verdict& v) {
+  std::string md = fmt::format("## Verdict: {}\n\n{}\n\n", v.level, v.line);
+  if (v.findings.empty()) return md;
+  md += "| level | subject | what | value | expected | unit | reason |\n";
+  md += "|---|---|---|---:|---:|---|---|\n";
+  auto num = [](double x) { return std::isfinite(x) ? detail::format_number(x) : std::string(); };
+  for (const Finding& f : v.findings)
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", f.level, f.subject, f.what,
+                      num(f.value), num(f.expected), f.unit, f.reason);
+  return md + "\n";
+}
+
+}  // namespace
+
 std::string render_markdown(const Report& r) {
   std::string md = fmt::format("# gpubench {}\n\n", r.module);
   md += fmt::format("- status: **{}**{}\n", r.status, r.error.empty() ? "" : " — " + r.error);
@@ -121,6 +139,7 @@ std::string render_markdown(const Report& r) {
                       r.system.value("cuda_runtime", "?"), r.system.value("nccl", "?"));
   for (const auto& g : r.system.value("gpus", ojson::array())) md += "- " + gpu_line(g) + "\n";
   md += "\n";
+  if (r.verdict) md += verdict_markdown(*r.verdict);
   if (!r.headline.empty()) md += "## Headline\n\n" + render_pipe(detail::headline_table(r)) + "\n";
   if (!r.warnings.empty()) {
     md += "## Warnings\n\n";
@@ -163,6 +182,7 @@ std::string render_console(const Report& r) {
   const std::string mon = monitor_lines(r.monitor, "  ");
   if (!mon.empty()) out += "\nMonitor\n" + mon;
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+  if (r.verdict) out += "\n" + r.verdict->line + "\n";
   return out;
 }
 

@@ -70,7 +70,10 @@ std::vector<TextTable> case_tables(const Report& r) {
         row.push_back(c.params.contains(k) ? param_text(c.params[k]) : "");
       for (const auto& [k, unit] : metric_keys) {
         const Metric* m = c.find_metric(k);
-        row.push_back(m && m->unit == unit ? format_number(m->value) : "");
+        if (!m || m->unit != unit)
+          row.push_back("");
+        else
+          row.push_back(m->text.empty() ? format_number(m->value) : m->text);
       }
       if (any_not_ok) row.push_back(c.status);
       if (any_note) row.push_back(c.note);

@@ -98,6 +98,52 @@ Metric metric_from(const ojson& v) {
 
 }  // namespace
 
+const std::string& worse_level(const std::string& a, const std::string& b) {
+  auto rank = [](const std::string& l) { return l == "FAIL" ? 2 : l == "WARN" ? 1 : 0; };
+  return rank(b) > rank(a) ? b : a;
+}
+
+void Verdict::add(Finding f) {
+  level = worse_level(level, f.level);
+  findings.push_back(std::move(f));
+}
+
+namespace {
+
+ojson verdict_json(const Verdict& v) {
+  ojson findings = ojson::array();
+  for (const Finding& f : v.findings)
+    findings.push_back({{"level", f.level},
+                        {"subject", f.subject},
+                        {"what", f.what},
+                        {"value", number(f.value)},
+                        {"expected", number(f.expected)},
+                        {"unit", f.unit},
+                        {"reason", f.reason}});
+  return {{"level", v.level}, {"line", v.line}, {"judged", v.judged}, {"findings", findings}};
+}
+
+Verdict verdict_from(const ojson& j) {
+  Verdict v;
+  v.level = j.value("level", "PASS");
+  v.line = j.value("line", "");
+  v.judged = j.value("judged", 0);
+  for (const auto& fj : j.value("findings", ojson::array())) {
+    Finding f;
+    f.level = fj.value("level", "");
+    f.subject = fj.value("subject", "");
+    f.what = fj.value("what", "");
+    f.value = fj.contains("value") ? number_from(fj["value"]) : std::nan("");
+    f.expected = fj.contains("expected") ? number_from(fj["expected"]) : std::nan("");
+    f.unit = fj.value("unit", "");
+    f.reason = fj.value("reason", "");
+    v.findings.push_back(std::move(f));
+  }
+  return v;
+}
+
+}  // namespace
+
 ojson to_json(const Report& r) {
   ojson j;
   j["schema"] = kResultSchema;
@@ -173,6 +219,7 @@ ojson to_json(const Report& r) {
   j["warnings"] = r.warnings;
   j["status"] = r.status;
   if (!r.error.empty()) j["error"] = r.error;
+  if (r.verdict) j["verdict"] = verdict_json(*r.verdict);
   return j;
 }
 
@@ -254,6 +301,7 @@ Report report_from_json(const ojson& j) {
   r.warnings = j.value("warnings", std::vector<std::string>{});
   r.status = j.value("status", "ok");
   r.error = j.value("error", "");
+  if (j.contains("verdict") && j["verdict"].is_object()) r.verdict = verdict_from(j["verdict"]);
   return r;
 }
 

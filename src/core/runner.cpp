@@ -42,15 +42,16 @@ ojson common_json(const CommonOptions& c, const MeasureOptions& m) {
 void fill_metadata(Report& r, Module& module, const CommonOptions& common, const System& system,
                    const std::string& run_id, const std::vector<std::string>& command,
                    const std::string& started) {
-  // What will cap performance on this machine belongs in every report, not only env's.
-  for (const auto& w : system.warnings) r.warn(w);
+  // What will cap performance on this machine belongs in every report of it, not only env's.
+  if (module.measures_here())
+    for (const auto& w : system.warnings) r.warn(w);
   r.module = module.name();
   r.version = GPUBENCH_VERSION_STRING;
   r.run_id = run_id;
   r.started_at = started;
   r.finished_at = utc_now();
   r.command = command;
-  r.system = system.to_json();
+  if (module.measures_here()) r.system = system.to_json();
   r.config = effective_config(module, common);
 }
 

@@ -21,7 +21,7 @@ TEST(Cli, HelpListsEverySubcommand) {
   const auto o = run("--help");
   EXPECT_EQ(o.code, 0);
   for (const char* s :
-       {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "list", "all"})
+       {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "compare", "list", "all"})
     EXPECT_NE(o.out.find(s), std::string::npos) << s;
 }
 
@@ -144,7 +144,7 @@ TEST(Cli, MatmulShapeTooLargeForMemory) {
 TEST(Cli, ListShowsEveryModule) {
   const auto o = run("list");
   EXPECT_EQ(o.code, 0) << o.err;
-  for (const char* s : {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp"})
+  for (const char* s : {"env", "bandwidth", "allreduce", "matmul", "seqlen", "tp", "pp", "compare"})
     EXPECT_NE(o.out.find(s), std::string::npos) << s;
 }
 

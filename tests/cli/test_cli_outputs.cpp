@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli_run.hpp"
@@ -149,3 +150,32 @@ TEST(CliOutputs, BoundedInput) {
 }
 
 }  // namespace
+
+// compare reads two runs and exits 0 when nothing regressed, 5 when something did (the JSON
+// and the console carry the verdict), 2 for a run it cannot read, leaving no folder behind.
+TEST(CliOutputs, CompareExitsFiveOnARegression) {
+  const fs::path cwd = fresh("compare");
+  auto report = [&](const std::string& name, double gbps) {
+    std::ofstream(cwd / name) << R"({"schema": "gpubench.result/1", "module": "bandwidth", )"
+                              << R"("headline": {"hbm_triad_GBps": {"value": )" << gbps
+                              << R"(, "unit": "GB/s"}}, "results": []})";
+    return (cwd / name).string();
+  };
+  const std::string base = report("base.json", 4000), same = report("same.json", 3950),
+                    slow = report("slow.json", 3000);
+  const std::string in = "cd " + cwd.string() + " && ";
+  const Outcome pass = run("compare " + base + " " + same + " --no-files", in);
+  EXPECT_EQ(pass.code, 0) << pass.err;
+  EXPECT_NE(pass.out.find("compare PASS: 1 figure, none regressed"), std::string::npos) << pass.out;
+  const Outcome fail = run("compare " + base + " " + slow + " --json -", in);
+  EXPECT_EQ(fail.code, 5) << fail.err;
+  const auto verdict = fail.out.find("\"verdict\"");
+  ASSERT_NE(verdict, std::string::npos) << fail.out;
+  EXPECT_NE(fail.out.find("\"level\": \"FAIL\"", verdict), std::string::npos) << fail.out;
+  EXPECT_NE(fail.out.find("\"what\": \"hbm_triad_GBps\"", verdict), std::string::npos);
+  expect_bad_input(run("compare " + base + " missing.json", in), "missing.json does not exist");
+  expect_bad_input(run("compare " + base, in), "new is required");
+  std::ofstream(cwd / "junk.json") << "[1, 2]";
+  expect_bad_input(run("compare " + base + " junk.json", in), "not a gpubench report");
+  EXPECT_EQ(entries(cwd), 4) << "compare left files behind";
+}

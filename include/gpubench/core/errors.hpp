@@ -11,6 +11,7 @@ enum ExitCode : int {
   kExitBadInput = 2,       // bad flag, value, config, GPU id, size, output folder
   kExitNoGpu = 3,          // no usable GPU or driver
   kExitNotWritten = 4,     // a report file could not be written (the console output stands)
+  kExitVerdict = 5,        // a FAIL verdict: compare found a regression
   kExitInterrupted = 130,  // SIGINT (Ctrl-C): the finished cases are reported
   kExitTerminated = 143,   // SIGTERM (kill, Slurm's time limit): the finished cases are reported
 };

@@ -40,6 +40,9 @@ class Module {
   virtual bool needs_gpu() const { return true; }
   // Does it run one rank per process under mpirun/srun? Others run on rank 0 alone there.
   virtual bool supports_mpi() const { return false; }
+  // Does it measure this machine? compare reads earlier runs instead: `gpubench all` leaves it
+  // out, and its report carries neither this machine's system nor its warnings.
+  virtual bool measures_here() const { return true; }
   // Two or three command lines for its --help ("gpubench allreduce -b 8 -e 8G -f 2"); each one
   // is checked by a test (--dry-run).
   virtual std::vector<std::string> examples() const { return {}; }

@@ -1,6 +1,7 @@
 #pragma once
 // The result model: a Report is data only (schema gpubench.result/1). Writers render it as
 // JSON, Markdown and a console table; modules never print or write files themselves.
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -63,6 +64,29 @@ struct Sweep {
   std::vector<Series> series;
 };
 
+// A judgement of a run: `compare`'s of a run against its base (and `check`'s of a node). Each
+// finding is PASS, WARN or FAIL, with what it is about, the value against what was expected and
+// why; the verdict's level is the worst finding's, with one line a person reads at a glance. A
+// FAIL verdict ends the run with kExitVerdict.
+struct Finding {
+  std::string level;    // PASS | WARN | FAIL
+  std::string subject;  // "GPU 2", "NVLink 1<->3", "bandwidth: HBM fp64 / triad"
+  std::string what;     // the figure or counter: "bandwidth", "NVLink CRC errors"
+  double value = std::nan(""), expected = std::nan("");  // NaN where there is none
+  std::string unit;
+  std::string reason;  // "-12.1% (base 4.35, noise 0.4%)"
+};
+struct Verdict {
+  std::string level = "PASS";
+  std::string line;               // "compare FAIL: 3 of 412 figures regressed (worst ...)"
+  int judged = 0;                 // figures or checks held against an expectation
+  std::vector<Finding> findings;  // the WARN and FAIL ones, worst first
+  // Adds a finding and raises the level to it.
+  void add(Finding f);
+};
+// The worse of two levels (PASS < WARN < FAIL).
+const std::string& worse_level(const std::string& a, const std::string& b);
+
 struct Report {
   std::string module;
   std::string version;
@@ -83,6 +107,7 @@ struct Report {
   std::vector<std::string> warnings;
   std::string status = "ok";  // ok | partial | failed
   std::string error;          // why, when failed
+  std::optional<Verdict> verdict;
 
   CaseResult& add(CaseResult r) {
     results.push_back(std::move(r));
