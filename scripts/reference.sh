@@ -16,7 +16,7 @@
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
 # seqlen_quick compare torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env
 # bandwidth allreduce allreduce_mpi small_latency tp pp compare quick_start nccl_tests
-# nvbandwidth; not by default: sigterm sigterm_mpi hung_rank):
+# nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -28,6 +28,7 @@
 #   seqlen_decode batch-1 decode and prefill at 512, 2048 and 8192 tokens (the headline points)
 #   seqlen_quick  seqlen --quick
 #   compare       bandwidth --quick twice, the second run compared with the first
+#   pp_schedules  pp training, m = 16: GPipe and 1F1B with NCCL's CTAs, with 4, over copy engines
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
 #   hung_rank     the all_reduce sweep under mpirun with its last rank frozen (below)
@@ -119,6 +120,15 @@ has seqlen_decode && gpb seqlen_decode 200 seqlen --seq-lens 512,2048,8192 --bat
 has seqlen_quick && gpb seqlen_quick 200 seqlen --quick
 has tp && gpb tp 400 tp
 has pp && gpb pp 500 pp
+# pp_schedules: training alone, every layer, m = 16, GPipe and 1F1B over NCCL with its own CTA
+# count and with 4 CTAs, and (2 stages) over the copy engines: what 1F1B loses to transfers whose
+# kernels hold SMs beside the stage's compute.
+if has pp_schedules; then
+  train=(pp --workload training --microbatches 16 --schedule gpipe,1f1b)
+  gpb pp_schedules 500 "${train[@]}"
+  gpb pp_schedules_ctas4 500 "${train[@]}" --nccl-ctas 4
+  ((ngpu >= 2)) && gpb pp_schedules_ce 300 "${train[@]}" --pp 2 --transfers copy-engine
+fi
 # compare: bandwidth --quick twice on this machine, then the second run against the first with
 # compare (nothing should regress), in compare/{base,new,report}/.
 if has compare; then
