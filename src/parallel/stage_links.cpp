@@ -229,14 +229,12 @@ int StageLinks::post_recv(Way way, const TransferMarks& m) {
   const int slot = r.advance();
   r.last = slot;
   if (over_ce_) return slot;  // the sender copies into it
-  // NCCL, on the side stream, once the buffer is free. In an edge's communicators the earlier
-  // stage is rank 0: activations come from it, gradients from the later one.
+  // NCCL, on the side stream, once the buffer is free.
   const auto S = static_cast<std::size_t>(slot);
   const cudaStream_t side = recv_stream(way);
   GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.free[S].get(), 0));
   record(m.recv_begin, side);
-  const int peer = way == Way::Forward ? 0 : 1;
-  GPB_NCCL_CHECK(ncclRecv(r.buf[S].get(), elems_, type_, peer, recv_comm(way), side));
+  nccl_recv(way, slot, side);
   record(m.recv_end, side);
   r.ready[S].record(side);
   return slot;
@@ -267,8 +265,7 @@ void StageLinks::post_send(Way way, int slot, cudaStream_t cs, const TransferMar
   r.ready[S].record(cs);
   GPB_CUDA_CHECK(cudaStreamWaitEvent(side, r.ready[S].get(), 0));
   record(m.send_begin, side);
-  const int peer = way == Way::Forward ? 1 : 0;
-  GPB_NCCL_CHECK(ncclSend(r.buf[S].get(), elems_, type_, peer, send_comm(way), side));
+  nccl_send(way, slot, side);
   record(m.send_end, side);
   r.free[S].record(side);
   r.last = slot;
@@ -336,6 +333,8 @@ double StageLinks::last_digest(Way way, bool sent) const {
   return static_cast<double>(x >> 12);  // exact in a double
 }
 
+// In an edge's communicators the earlier stage is rank 0: activations go from it to rank 1,
+// gradients from rank 1 back to it.
 void StageLinks::nccl_send(Way way, int slot, cudaStream_t stream) {
   GPB_NCCL_CHECK(ncclSend(send_buffer(way, slot), elems_, type_, way == Way::Forward ? 1 : 0,
                           send_comm(way), stream));
