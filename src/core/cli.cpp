@@ -50,9 +50,10 @@ CLI::Validator finite_number(bool strict) {
 
 }  // namespace
 
+constexpr const char* kCommonGroup = "Common options";
+
 void add_common_options(CLI::App& app, CommonOptions& c, std::string& config) {
-  const std::string group = "Common options";
-  app.option_defaults()->group(group);
+  app.option_defaults()->group(kCommonGroup);
   app.add_option("--gpus", c.gpus, "GPUs to use: all, 0,1 or 0-3")->capture_default_str();
   app.add_flag("--quick", c.quick, "Short run: smaller sizes, fewer iterations");
   app.add_option("--iters", c.iters, "Exactly N timed iterations (no noise rule)")
@@ -245,6 +246,24 @@ CommonOptions parse_module(Module& m, const std::vector<std::string>& cli_args,
   }
   return parsed.common;
 }
+
+}  // namespace
+
+void configure_module(Module& module, const std::vector<std::string>& args) {
+  ModuleApp parsed(module);
+  try {
+    parsed.parse(args);
+  } catch (const CLI::ParseError& e) {
+    std::string given;
+    for (const std::string& a : args) given += " " + a;
+    throw InputError(fmt::format("{}{}: {}", module.name(), given, e.what()));
+  }
+  for (const CLI::Option* o : parsed.app.get_options())
+    if (o->count() > 0 && o->get_group() == kCommonGroup)
+      throw InputError(fmt::format("{}: {} is a common option", module.name(), o->get_name()));
+}
+
+namespace {
 
 // Everything about the input that needs no GPU, before any hardware is touched: the common
 // options, the GPU list's syntax and the module's own options.
@@ -473,13 +492,18 @@ int finish_all(const std::vector<Report>& reports, const CommonOptions& first, b
   if (writes_json_file(first)) out.write_file(first.json, all.dump(2) + "\n");
   if (writes_csv_file(first)) out.write_file(first.csv, render_csv(reports));
   std::string failed;
-  for (const auto& r : reports)
+  const Verdict* verdict = nullptr;
+  for (const auto& r : reports) {
     if (r.status == "failed") failed += (failed.empty() ? "" : "; ") + r.module + ": " + r.error;
-  (stdout_taken(first) ? std::cerr : std::cout)
-      << "summary: " << reports.size() << " modules, "
-      << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
+    if (r.verdict) verdict = &*r.verdict;
+  }
+  std::ostream& shown = stdout_taken(first) ? std::cerr : std::cout;
+  shown << "summary: " << reports.size() << " modules, "
+        << (failed.empty() ? "all ok" : "failed: " + failed) << "\n";
+  if (verdict) shown << verdict->line << "\n";
   out.announce();
   int code = failed.empty() ? kExitOk : kExitFailed;
+  if (code == kExitOk && verdict && verdict->level == "FAIL") code = kExitVerdict;
   if (no_gpu && failed.find("no usable GPU") != std::string::npos) code = kExitNoGpu;
   return final_exit_code(code, out);
 }
@@ -528,6 +552,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   for (auto& [m, c] : plan) {
     if (any_process(Context::interrupted())) break;  // every process stops at the same module
     if (launch.size > 1 && !m->supports_mpi() && !lead) continue;
+    if (m->judges()) m->judge_these(reports);
     spdlog::info("running {}", m->name());
     Report r = run_in_all(*m, c, sys, out.run_id(), command, on_stall, no_gpu);
     // Under MPI the processes agree on the outcome before the next module: a failure on any

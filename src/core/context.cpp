@@ -80,8 +80,17 @@ std::unique_ptr<Watchdog> Context::watchdog(const std::string& what, double limi
     r.status = "failed";
     r.error = reason;
     r.warn("the run stalled: the report holds the cases finished before it");
-    return stall_sink_ ? stall_sink_(r) : kExitFailed;
+    return stall(r);
   });
+}
+
+int Context::stall(Report& stalled) const {
+  return stall_sink_ ? stall_sink_(stalled) : kExitFailed;
+}
+
+void Context::set_run(std::string run_id, std::vector<std::string> command) {
+  run_id_ = std::move(run_id);
+  command_ = std::move(command);
 }
 
 bool Context::interrupted() noexcept {

@@ -18,14 +18,19 @@ namespace {
 // ---- The NVML C ABI (values and layouts as in nvml.h) ----
 using nvmlReturn_t = int;
 using nvmlDevice_t = nvml::Device;
+using nvmlEventSet_t = nvml::EventSet;
 using nvmlEnableState_t = unsigned;  // NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1
 
 constexpr nvmlReturn_t NVML_SUCCESS = 0;
+constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+constexpr nvmlReturn_t NVML_ERROR_TIMEOUT = 10;
 constexpr unsigned NVML_FEATURE_ENABLED = 1;
 constexpr unsigned NVML_TEMPERATURE_GPU = 0;              // nvmlTemperatureSensors_t
 constexpr unsigned NVML_MEMORY_ERROR_TYPE_CORRECTED = 0;  // nvmlMemoryErrorType_t
 constexpr unsigned NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
 constexpr unsigned NVML_VOLATILE_ECC = 0;  // nvmlEccCounterType_t
+constexpr unsigned NVML_AGGREGATE_ECC = 1;
+constexpr unsigned NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1;  // nvmlTemperatureThresholds_t
 constexpr unsigned NVML_DEVICE_MIG_ENABLE = 1;
 constexpr unsigned NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON = 90;
 constexpr unsigned NVML_FI_DEV_NVLINK_LINK_COUNT = 91;
@@ -71,6 +76,25 @@ struct nvmlFieldValue_t {
 };
 static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t must match the NVML ABI");
 
+// nvmlProcessInfo_t (v2, the layout nvmlDeviceGetComputeRunningProcesses_v3 fills).
+struct nvmlProcessInfo_t {
+  unsigned pid;
+  unsigned long long usedGpuMemory;
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t must match the NVML ABI");
+
+// nvmlEventData_t as filled by nvmlEventSetWait_v2.
+struct nvmlEventData_t {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned gpuInstanceId;
+  unsigned computeInstanceId;
+};
+static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t must match the NVML ABI");
+
 // Every entry point, as name + function type. A missing one (older driver) stays null.
 #define GPB_NVML_SYMBOLS(X)                                                                     \
   X(nvmlErrorString, const char*(nvmlReturn_t))                                                 \
@@ -99,7 +123,22 @@ static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t must match the N
   X(nvmlDeviceGetNvLinkVersion, nvmlReturn_t(nvmlDevice_t, unsigned, unsigned*))                \
   X(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlReturn_t(nvmlDevice_t, unsigned, nvmlPciInfo_t*))  \
   X(nvmlDeviceGetNvLinkRemoteDeviceType, nvmlReturn_t(nvmlDevice_t, unsigned, unsigned*))       \
-  X(nvmlDeviceGetFieldValues, nvmlReturn_t(nvmlDevice_t, int, nvmlFieldValue_t*))
+  X(nvmlDeviceGetFieldValues, nvmlReturn_t(nvmlDevice_t, int, nvmlFieldValue_t*))               \
+  X(nvmlDeviceGetRetiredPages,                                                                  \
+    nvmlReturn_t(nvmlDevice_t, unsigned, unsigned*, unsigned long long*))                       \
+  X(nvmlDeviceGetRetiredPagesPendingStatus, nvmlReturn_t(nvmlDevice_t, nvmlEnableState_t*))     \
+  X(nvmlDeviceGetRemappedRows,                                                                  \
+    nvmlReturn_t(nvmlDevice_t, unsigned*, unsigned*, unsigned*, unsigned*))                     \
+  X(nvmlDeviceGetNvLinkErrorCounter,                                                            \
+    nvmlReturn_t(nvmlDevice_t, unsigned, unsigned, unsigned long long*))                        \
+  X(nvmlDeviceGetPcieReplayCounter, nvmlReturn_t(nvmlDevice_t, unsigned*))                      \
+  X(nvmlDeviceGetTemperatureThreshold, nvmlReturn_t(nvmlDevice_t, unsigned, unsigned*))         \
+  X(nvmlDeviceGetComputeRunningProcesses_v3,                                                    \
+    nvmlReturn_t(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*))                                  \
+  X(nvmlEventSetCreate, nvmlReturn_t(nvmlEventSet_t*))                                          \
+  X(nvmlDeviceRegisterEvents, nvmlReturn_t(nvmlDevice_t, unsigned long long, nvmlEventSet_t))   \
+  X(nvmlEventSetWait_v2, nvmlReturn_t(nvmlEventSet_t, nvmlEventData_t*, unsigned))              \
+  X(nvmlEventSetFree, nvmlReturn_t(nvmlEventSet_t))
 
 // Reads an unsigned field value; nothing when the field is unknown to this driver or GPU.
 std::optional<unsigned long long> field_as_unsigned(const nvmlFieldValue_t& v) {
@@ -240,6 +279,13 @@ std::optional<unsigned> Nvml::temperature_C(nvml::Device d) const {
   return v;
 }
 
+std::optional<unsigned> Nvml::slowdown_temperature_C(nvml::Device d) const {
+  unsigned v = 0;
+  if (!GPB_NVML_CALL(nvmlDeviceGetTemperatureThreshold, d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v))
+    return std::nullopt;
+  return v;
+}
+
 std::optional<double> Nvml::power_W(nvml::Device d) const {
   unsigned mW = 0;
   if (!GPB_NVML_CALL(nvmlDeviceGetPowerUsage, d, &mW)) return std::nullopt;
@@ -266,13 +312,46 @@ std::optional<bool> Nvml::ecc_enabled(nvml::Device d) const {
   return current == NVML_FEATURE_ENABLED;
 }
 
-std::optional<std::uint64_t> Nvml::ecc_errors(nvml::Device d, bool uncorrected) const {
+std::optional<std::uint64_t> Nvml::ecc_errors(nvml::Device d, bool uncorrected,
+                                              bool aggregate) const {
   unsigned long long count = 0;
   const unsigned type =
       uncorrected ? NVML_MEMORY_ERROR_TYPE_UNCORRECTED : NVML_MEMORY_ERROR_TYPE_CORRECTED;
-  if (!GPB_NVML_CALL(nvmlDeviceGetTotalEccErrors, d, type, NVML_VOLATILE_ECC, &count))
-    return std::nullopt;
+  const unsigned counter = aggregate ? NVML_AGGREGATE_ECC : NVML_VOLATILE_ECC;
+  if (!GPB_NVML_CALL(nvmlDeviceGetTotalEccErrors, d, type, counter, &count)) return std::nullopt;
   return count;
+}
+
+std::optional<std::uint64_t> Nvml::retired_pages(nvml::Device d,
+                                                 nvml::RetirementCause cause) const {
+  if (!available_ || !sym_->nvmlDeviceGetRetiredPages) return std::nullopt;
+  // A zero-sized buffer asks for the count only: NVML answers NVML_SUCCESS when no page matches
+  // and NVML_ERROR_INSUFFICIENT_SIZE, with the count, when some do. `unused` is never written
+  // (its size is 0) but keeps the address argument non-null for drivers that check it.
+  unsigned count = 0;
+  unsigned long long unused = 0;
+  const nvmlReturn_t rc =
+      sym_->nvmlDeviceGetRetiredPages(d, static_cast<unsigned>(cause), &count, &unused);
+  if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE) return std::nullopt;
+  return count;
+}
+
+std::optional<bool> Nvml::retired_pages_pending(nvml::Device d) const {
+  nvmlEnableState_t pending = 0;
+  if (!GPB_NVML_CALL(nvmlDeviceGetRetiredPagesPendingStatus, d, &pending)) return std::nullopt;
+  return pending == NVML_FEATURE_ENABLED;
+}
+
+std::optional<nvml::RemappedRows> Nvml::remapped_rows(nvml::Device d) const {
+  unsigned corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+  if (!GPB_NVML_CALL(nvmlDeviceGetRemappedRows, d, &corrected, &uncorrected, &pending, &failed))
+    return std::nullopt;
+  nvml::RemappedRows rows;
+  rows.corrected = corrected;
+  rows.uncorrected = uncorrected;
+  rows.pending = pending != 0;
+  rows.failed = failed != 0;
+  return rows;
 }
 
 std::optional<bool> Nvml::persistence_mode(nvml::Device d) const {
@@ -309,6 +388,31 @@ std::optional<int> Nvml::pcie_width_max(nvml::Device d) const {
   unsigned v = 0;
   if (!GPB_NVML_CALL(nvmlDeviceGetMaxPcieLinkWidth, d, &v)) return std::nullopt;
   return static_cast<int>(v);
+}
+
+std::optional<std::uint64_t> Nvml::pcie_replay_count(nvml::Device d) const {
+  unsigned v = 0;
+  if (!GPB_NVML_CALL(nvmlDeviceGetPcieReplayCounter, d, &v)) return std::nullopt;
+  return v;
+}
+
+std::optional<std::vector<unsigned>> Nvml::compute_process_pids(nvml::Device d) const {
+  if (!available_ || !sym_->nvmlDeviceGetComputeRunningProcesses_v3) return std::nullopt;
+  // A count of 0 asks for the count: NVML_SUCCESS when no process runs, else
+  // NVML_ERROR_INSUFFICIENT_SIZE with the count. Processes may start between the two calls, so
+  // the buffer has room for a few more; a second shortfall gives up rather than loop.
+  unsigned count = 0;
+  nvmlReturn_t rc = sym_->nvmlDeviceGetComputeRunningProcesses_v3(d, &count, nullptr);
+  if (rc == NVML_SUCCESS) return std::vector<unsigned>{};
+  if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return std::nullopt;
+  std::vector<nvmlProcessInfo_t> infos(count + 8);
+  count = static_cast<unsigned>(infos.size());
+  rc = sym_->nvmlDeviceGetComputeRunningProcesses_v3(d, &count, infos.data());
+  if (rc != NVML_SUCCESS || count > infos.size()) return std::nullopt;
+  std::vector<unsigned> pids;
+  pids.reserve(count);
+  for (unsigned i = 0; i < count; ++i) pids.push_back(infos[i].pid);
+  return pids;
 }
 
 std::optional<unsigned> Nvml::nvlink_link_count(nvml::Device d) const {
@@ -363,6 +467,61 @@ std::optional<double> Nvml::nvlink_speed_GBps(nvml::Device d) const {
   const auto MBps = field_as_unsigned(v);
   if (!MBps || *MBps == 0) return std::nullopt;
   return static_cast<double>(*MBps) / 1000.0;
+}
+
+std::optional<std::uint64_t> Nvml::nvlink_error_count(nvml::Device d, unsigned link,
+                                                      nvml::LinkCounter c) const {
+  unsigned long long v = 0;
+  if (!GPB_NVML_CALL(nvmlDeviceGetNvLinkErrorCounter, d, link, static_cast<unsigned>(c), &v))
+    return std::nullopt;
+  return v;
+}
+
+std::optional<nvml::EventSet> Nvml::event_set_create() const {
+  nvml::EventSet set = nullptr;
+  if (!GPB_NVML_CALL(nvmlEventSetCreate, &set)) return std::nullopt;
+  return set;
+}
+
+std::string Nvml::register_events(nvml::Device d, std::uint64_t types, nvml::EventSet set) const {
+  if (!available_) return error_;
+  if (!sym_->nvmlDeviceRegisterEvents) return "this driver's NVML has no nvmlDeviceRegisterEvents";
+  const nvmlReturn_t rc = sym_->nvmlDeviceRegisterEvents(d, types, set);
+  return rc == NVML_SUCCESS ? std::string() : error_text(rc);
+}
+
+nvml::EventWait Nvml::wait_event(nvml::EventSet set, unsigned timeout_ms) const {
+  nvml::EventWait out;
+  if (!available_) {
+    out.error = error_;
+    return out;
+  }
+  if (!sym_->nvmlEventSetWait_v2) {
+    out.error = "this driver's NVML has no nvmlEventSetWait_v2";
+    return out;
+  }
+  nvmlEventData_t data{};
+  const nvmlReturn_t rc = sym_->nvmlEventSetWait_v2(set, &data, timeout_ms);
+  if (rc == NVML_SUCCESS) {
+    out.status = nvml::EventWait::Status::Event;
+    out.device = data.device;
+    out.type = data.eventType;
+    out.data = data.eventData;
+  } else if (rc == NVML_ERROR_TIMEOUT) {  // also what an interrupted wait answers
+    out.status = nvml::EventWait::Status::Timeout;
+  } else {
+    out.error = error_text(rc);
+  }
+  return out;
+}
+
+void Nvml::event_set_free(nvml::EventSet set) const {
+  if (available_ && sym_->nvmlEventSetFree && set) sym_->nvmlEventSetFree(set);
+}
+
+std::string Nvml::error_text(int rc) const {
+  const char* why = sym_ && sym_->nvmlErrorString ? sym_->nvmlErrorString(rc) : nullptr;
+  return why ? std::string(why) : "NVML error " + std::to_string(rc);
 }
 
 #undef GPB_NVML_CALL

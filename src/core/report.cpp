@@ -187,7 +187,11 @@ std::string render_console(const Report& r) {
 }
 
 std::string render_summary_markdown(const std::vector<Report>& reports) {
-  std::string md = "# gpubench summary\n\n| module | status | note |\n|---|---|---|\n";
+  std::string md = "# gpubench summary\n\n";
+  for (const auto& r : reports)
+    if (r.verdict)
+      md += fmt::format("**{}** (see [{}]({}.md))\n\n", r.verdict->line, r.module, r.module);
+  md += "| module | status | note |\n|---|---|---|\n";
   for (const auto& r : reports)
     md += fmt::format("| [{}]({}.md) | {} | {} |\n", r.module, r.module, r.status, r.error);
   md += "\n## Headline figures\n\n| module | key | value | unit |\n|---|---|---:|---|\n";

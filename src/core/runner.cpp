@@ -87,6 +87,7 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
     r.error = *why;
   } else {
     Context ctx(system, gpus, common);
+    ctx.set_run(run_id, command);
     // A stalled run's report: what the module published, with this report's metadata (the
     // monitor's figures stay out: the thread that merges them may be the stuck one).
     ctx.on_stall([&](Report& stalled) {
@@ -123,6 +124,12 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
     }
   }
   fill_metadata(r, module, common, system, run_id, command, started);
+  return r;
+}
+
+Report run_nested(Module& module, Context& parent) {
+  Report r = run_module(module, parent.common(), parent.system(), parent.run_id(), parent.command(),
+                        [&parent](Report& stalled) { return parent.stall(stalled); });
   return r;
 }
 

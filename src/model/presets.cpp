@@ -22,9 +22,9 @@ namespace gpubench::model {
 // Generated at configure time from config/models/*.json (see CMakeLists.txt): file stems and
 // texts, each array ending with nullptr.
 namespace detail {
-extern const char* const kPresetNames[];
-extern const char* const kPresetJson[];
-extern const std::size_t kPresetCount;
+extern const char* const kDataNames[];
+extern const char* const kDataTexts[];
+extern const std::size_t kDataCount;
 }  // namespace detail
 
 namespace {
@@ -598,16 +598,16 @@ nlohmann::ordered_json ModelConfig::to_json() const {
 }
 
 std::vector<std::string> preset_names() {
-  std::vector<std::string> names(detail::kPresetNames, detail::kPresetNames + detail::kPresetCount);
+  std::vector<std::string> names(detail::kDataNames, detail::kDataNames + detail::kDataCount);
   std::sort(names.begin(), names.end());
   return names;
 }
 
 ModelConfig load_preset(const std::string& name) {
-  for (std::size_t i = 0; i < detail::kPresetCount; ++i) {
-    if (name == detail::kPresetNames[i]) {
+  for (std::size_t i = 0; i < detail::kDataCount; ++i) {
+    if (name == detail::kDataNames[i]) {
       const std::string source = "model preset '" + name + "'";
-      return parse_config(parse_json_text(detail::kPresetJson[i], source), name, source);
+      return parse_config(parse_json_text(detail::kDataTexts[i], source), name, source);
     }
   }
   throw InputError("unknown model '" + name + "' (known: " + known_presets() + ")");

@@ -15,8 +15,8 @@ using namespace gpubench::cli_test;
 
 namespace {
 
-const char* const kSubcommands[] = {"env",    "bandwidth", "allreduce", "matmul",
-                                    "seqlen", "tp",        "pp",        "compare"};
+const char* const kSubcommands[] = {"env", "bandwidth", "allreduce", "matmul", "seqlen",
+                                    "tp",  "pp",        "compare",   "check"};
 
 // "mpirun -np 4 gpubench allreduce -b 64M" -> "allreduce -b 64M"; "" when not a gpubench command.
 std::string gpubench_args(std::string line) {

@@ -151,6 +151,39 @@ TEST(CliOutputs, BoundedInput) {
 
 }  // namespace
 
+// check --from judges a run folder without a GPU: 0 for PASS (the verdict line on the console),
+// 5 for FAIL (a GPU 10% below the node's median), 2 for input it cannot use, no folder left.
+TEST(CliOutputs, CheckFromExitsFiveOnAFail) {
+  const fs::path cwd = fresh("check");
+  auto run_folder = [&](const std::string& name, double slow) {
+    fs::create_directories(cwd / name);
+    std::ofstream out(cwd / name / "bandwidth.json");
+    out << R"({"schema": "gpubench.result/1", "module": "bandwidth", "system": {"gpus": )"
+        << R"([{"name": "NVIDIA H200"}]}, "results": [)";
+    for (int g = 0; g < 3; ++g)
+      out << (g ? "," : "") << R"({"group": "HBM fp64", "case": "GPU)" << g
+          << R"( triad", "params": {"gpu": )" << g << R"(, "kernel": "triad"}, "metrics": )"
+          << R"({"bandwidth": {"value": )" << (g == 2 ? 4380 * slow : 4380)
+          << R"(, "unit": "GB/s"}, "efficiency": {"value": )" << (g == 2 ? 91 * slow : 91)
+          << R"(, "unit": "%"}}, "status": "ok"})";
+    out << "]}";
+    return name;
+  };
+  const std::string in = "cd " + cwd.string() + " && ";
+  const Outcome pass = run("check --from " + run_folder("good", 0.99) + " --no-files", in);
+  EXPECT_EQ(pass.code, 0) << pass.err;
+  EXPECT_NE(pass.out.find("node PASS: "), std::string::npos) << pass.out;
+  const Outcome fail = run("check --from " + run_folder("slow", 0.94) + " --no-files", in);
+  EXPECT_EQ(fail.code, 5) << fail.err;
+  EXPECT_NE(fail.out.find("node FAIL: GPU 2 HBM triad (fp64) outlier"), std::string::npos)
+      << fail.out;
+  expect_bad_input(run("check --from missing", in), "missing does not exist");
+  expect_bad_input(run("check --from good --outlier 0", in), "--outlier");
+  std::ofstream(cwd / "bad.ini") << "[floors]\nhbm_triad = 120\n";
+  expect_bad_input(run("check --from good --expect bad.ini", in), "not a percent");
+  EXPECT_EQ(entries(cwd), 3) << "check left files behind";
+}
+
 // compare reads two runs and exits 0 when nothing regressed, 5 when something did (the JSON
 // and the console carry the verdict), 2 for a run it cannot read, leaving no folder behind.
 TEST(CliOutputs, CompareExitsFiveOnARegression) {

@@ -55,6 +55,14 @@ class Context {
   std::unique_ptr<Watchdog> watchdog(const std::string& what, double limit_s);
   using StallSink = std::function<int(Report&)>;
   void on_stall(StallSink sink) { stall_sink_ = std::move(sink); }
+  // Hands a stalled report to the stall sink, as a watchdog does; returns the exit code.
+  int stall(Report& stalled) const;
+
+  // The run this context belongs to: its id and command line, for the runs a module makes
+  // inside its own (check's battery, run_nested).
+  void set_run(std::string run_id, std::vector<std::string> command);
+  const std::string& run_id() const noexcept { return run_id_; }
+  const std::vector<std::string>& command() const noexcept { return command_; }
 
   // Set by SIGINT or SIGTERM: modules stop between cases and report what was finished.
   static bool interrupted() noexcept;
@@ -73,6 +81,8 @@ class Context {
   mutable std::mutex published_mu_;
   Report published_;
   StallSink stall_sink_;
+  std::string run_id_;
+  std::vector<std::string> command_;
 };
 
 }  // namespace gpubench

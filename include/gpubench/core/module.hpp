@@ -43,6 +43,11 @@ class Module {
   // Does it measure this machine? compare reads earlier runs instead: `gpubench all` leaves it
   // out, and its report carries neither this machine's system nor its warnings.
   virtual bool measures_here() const { return true; }
+  // Does it judge a run (check)? `gpubench all` runs it last and hands it, first, the reports
+  // of the modules before it: it judges those instead of measuring its own, and the run ends
+  // with its verdict.
+  virtual bool judges() const { return false; }
+  virtual void judge_these(std::vector<Report> /*reports*/) {}
   // Two or three command lines for its --help ("gpubench allreduce -b 8 -e 8G -f 2"); each one
   // is checked by a test (--dry-run).
   virtual std::vector<std::string> examples() const { return {}; }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpubench {
 
@@ -36,6 +37,36 @@ enum class LinkPeer : unsigned { Gpu = 0, IbmNpu = 1, Switch = 2, Unknown = 0xFF
 // Highest NVLink index probed when NVML cannot say how many links a GPU has (Hopper has 18).
 inline constexpr unsigned kDefaultMaxLinks = 18;
 
+// nvmlNvLinkErrorCounter_t: an NVLink's data-link error counters.
+enum class LinkCounter : unsigned { Replay = 0, Recovery = 1, CrcFlit = 2, CrcData = 3 };
+
+// nvmlPageRetirementCause_t: why the driver retired a memory page (pre-Ampere GPUs).
+enum class RetirementCause : unsigned { MultipleSingleBitEcc = 0, DoubleBitEcc = 1 };
+
+// nvmlDeviceGetRemappedRows: rows of memory remapped to spares (Ampere and later).
+struct RemappedRows {
+  unsigned corrected = 0, uncorrected = 0;  // rows remapped for correctable / uncorrectable errors
+  bool pending = false;                     // a remap takes effect at the next GPU reset
+  bool failed = false;                      // a remap failed: the GPU needs service
+};
+
+// NVML's event set handle (an opaque pointer in the C ABI).
+struct EventSetOpaque;
+using EventSet = EventSetOpaque*;
+
+// nvmlEventType bits.
+inline constexpr std::uint64_t kEventXidCriticalError = 0x8ULL;
+
+// The outcome of one wait on an event set: an event, the timeout, or an NVML error.
+struct EventWait {
+  enum class Status { Event, Timeout, Error };
+  Status status = Status::Error;
+  Device device = nullptr;  // Event: the GPU it happened on
+  std::uint64_t type = 0;   // Event: its nvmlEventType bit
+  std::uint64_t data = 0;   // Event: for an XID critical error, the XID
+  std::string error;        // Error: why (NVML's error string)
+};
+
 }  // namespace nvml
 
 class Nvml {
@@ -59,14 +90,23 @@ class Nvml {
   std::optional<unsigned> clock_MHz(nvml::Device d, nvml::Clock c) const;
   std::optional<unsigned> max_clock_MHz(nvml::Device d, nvml::Clock c) const;
   std::optional<unsigned> temperature_C(nvml::Device d) const;  // GPU die sensor
-  std::optional<double> power_W(nvml::Device d) const;          // current draw
-  std::optional<double> power_limit_W(nvml::Device d) const;    // enforced limit
+  // Temperature at which the GPU starts to slow its clocks (NVML_TEMPERATURE_THRESHOLD_SLOWDOWN).
+  std::optional<unsigned> slowdown_temperature_C(nvml::Device d) const;
+  std::optional<double> power_W(nvml::Device d) const;        // current draw
+  std::optional<double> power_limit_W(nvml::Device d) const;  // enforced limit
   // Active clocks-event reasons (bit mask of nvml::kReason*).
   std::optional<std::uint64_t> clocks_event_reasons(nvml::Device d) const;
 
   std::optional<bool> ecc_enabled(nvml::Device d) const;  // current mode
-  // Volatile (since the driver loaded) ECC error count, all memory locations.
-  std::optional<std::uint64_t> ecc_errors(nvml::Device d, bool uncorrected) const;
+  // ECC error count, all memory locations: volatile (since the driver loaded) or aggregate (over
+  // the GPU's life, kept in its InfoROM).
+  std::optional<std::uint64_t> ecc_errors(nvml::Device d, bool uncorrected,
+                                          bool aggregate = false) const;
+  // Pages retired for `cause`, those awaiting a reset included.
+  std::optional<std::uint64_t> retired_pages(nvml::Device d, nvml::RetirementCause cause) const;
+  // Whether a page awaits a reset to be retired.
+  std::optional<bool> retired_pages_pending(nvml::Device d) const;
+  std::optional<nvml::RemappedRows> remapped_rows(nvml::Device d) const;
   std::optional<bool> persistence_mode(nvml::Device d) const;
   std::optional<bool> mig_enabled(nvml::Device d) const;  // current mode
 
@@ -74,6 +114,11 @@ class Nvml {
   std::optional<int> pcie_gen_max(nvml::Device d) const;  // of this GPU in this slot
   std::optional<int> pcie_width_current(nvml::Device d) const;
   std::optional<int> pcie_width_max(nvml::Device d) const;
+  // PCIe replays (link-level retransmissions) since the driver loaded.
+  std::optional<std::uint64_t> pcie_replay_count(nvml::Device d) const;
+  // PIDs of the processes with a compute context on the GPU (this one included, when it has
+  // one), as NVML reports them.
+  std::optional<std::vector<unsigned>> compute_process_pids(nvml::Device d) const;
 
   std::optional<unsigned> nvlink_link_count(nvml::Device d) const;  // links the GPU has
   std::optional<bool> nvlink_active(nvml::Device d, unsigned link) const;
@@ -84,6 +129,18 @@ class Nvml {
   std::optional<nvml::LinkPeer> nvlink_remote_type(nvml::Device d, unsigned link) const;
   // NVML's common speed of the active links, per direction, GB/s (1e9 bytes/s).
   std::optional<double> nvlink_speed_GBps(nvml::Device d) const;
+  // A data-link error counter of `link`, since the driver loaded or the counters were reset.
+  std::optional<std::uint64_t> nvlink_error_count(nvml::Device d, unsigned link,
+                                                  nvml::LinkCounter c) const;
+
+  // Events. A set is created, has devices registered, is waited on (from any one thread at a
+  // time) and is freed once: the caller owns it. Failures say why, in NVML's words.
+  std::optional<nvml::EventSet> event_set_create() const;
+  // Registers `types` (nvml::kEvent* bits) of `d` with `set`; "" on success, else why not.
+  std::string register_events(nvml::Device d, std::uint64_t types, nvml::EventSet set) const;
+  // Waits up to `timeout_ms` for the next event of `set`.
+  nvml::EventWait wait_event(nvml::EventSet set, unsigned timeout_ms) const;
+  void event_set_free(nvml::EventSet set) const;
 
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
@@ -91,6 +148,7 @@ class Nvml {
  private:
   Nvml() = default;
   void load();
+  std::string error_text(int nvml_return) const;  // NVML's words for a return code
 
   struct Symbols;
   const Symbols* sym_ = nullptr;

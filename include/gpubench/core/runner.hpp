@@ -27,4 +27,9 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
                   const std::string& run_id, const std::vector<std::string>& command,
                   const Context::StallSink& on_stall = {});
 
+// Runs `module` inside the run of `parent` (check's battery): on the parent's GPUs with its common
+// options, as a run of its own with its own report and metadata, under the parent's run id; a
+// stall inside it reaches the parent's stall sink with the nested report.
+Report run_nested(Module& module, Context& parent);
+
 }  // namespace gpubench

@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "gpubench/core/errors.hpp"
 
@@ -18,44 +16,6 @@ namespace gpubench::compare {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Larger than any report gpubench writes; a bigger file (or a device) is not one.
-constexpr std::uintmax_t kMaxReportBytes = std::uintmax_t{256} << 20;
-
-bool is_report(const ojson& j) {
-  return j.is_object() && j.value("schema", "") == kResultSchema;
-}
-
-ojson parse_file(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec))
-    throw InputError(fmt::format("compare: {} is not a report file", file.string()));
-  if (fs::file_size(file, ec) > kMaxReportBytes)
-    throw InputError(fmt::format("compare: {} is larger than any report", file.string()));
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw InputError(fmt::format("compare: cannot read {}", file.string()));
-  try {
-    return ojson::parse(text.str());
-  } catch (const nlohmann::json::exception&) {
-    throw InputError(fmt::format("compare: {} is not JSON", file.string()));
-  }
-}
-
-// The reports of one file: a report, or an array of them.
-std::vector<Report> reports_of(const fs::path& file) {
-  const ojson j = parse_file(file);
-  std::vector<Report> out;
-  if (is_report(j)) {
-    out.push_back(report_from_json(j));
-  } else if (j.is_array() && !j.empty() && std::all_of(j.begin(), j.end(), is_report)) {
-    for (const auto& r : j) out.push_back(report_from_json(r));
-  } else {
-    throw InputError(fmt::format("compare: {} is not a gpubench report", file.string()));
-  }
-  return out;
-}
 
 bool contains(const std::string& text, const char* part) {
   return text.find(part) != std::string::npos;
@@ -180,31 +140,6 @@ Settings resolve_settings(const Options& o) {
     if (!fs::exists(*p, ec)) throw InputError(fmt::format("compare: {} does not exist", *p));
   }
   return Settings{o.base, o.now, o.threshold / 100};
-}
-
-Run load_run(const std::string& path) {
-  Run run{path, {}};
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(path, ec))
-      if (e.path().extension() == ".json" && e.is_regular_file(ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) {
-      const ojson j = parse_file(f);
-      if (is_report(j)) run.reports.push_back(report_from_json(j));  // other JSON is not ours
-    }
-  } else {
-    run.reports = reports_of(path);
-  }
-  if (run.reports.empty())
-    throw InputError(fmt::format("compare: {} holds no gpubench report", path));
-  for (std::size_t i = 0; i < run.reports.size(); ++i)
-    for (std::size_t k = 0; k < i; ++k)
-      if (run.reports[i].module == run.reports[k].module)
-        throw InputError(
-            fmt::format("compare: {} holds two {} reports", path, run.reports[i].module));
-  return run;
 }
 
 Better better_of(const std::string& key, const std::string& unit) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpubench/core/result.hpp"
+#include "gpubench/core/runs.hpp"
 
 namespace gpubench::compare {
 
@@ -25,14 +26,11 @@ struct Settings {
 // number in (0, 100).
 Settings resolve_settings(const Options& o);
 
-// A run's reports: a report file, a file holding an array of reports (`all --json`), or a run
-// folder's report files (<module>.json). InputError naming the path when it holds no report,
-// a file is not JSON or not a gpubench report, or two reports are of one module.
-struct Run {
-  std::string path;
-  std::vector<Report> reports;
-};
-Run load_run(const std::string& path);
+// The runs compared, read as core's read_run reads them (InputError "compare: ...").
+using Run = RunReports;
+inline Run load_run(const std::string& path) {
+  return read_run(path, "compare");
+}
 
 // Which way a figure is better, from its unit and key: rates, bandwidths, speed-ups and
 // efficiencies higher; times, latencies and bubbles lower; the rest (memory, clocks, counts,
