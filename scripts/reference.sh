@@ -14,9 +14,10 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick compare torch_matmul torch_decode babelstream nvbandwidth; several GPUs: tests env
-# bandwidth allreduce allreduce_mpi small_latency tp pp compare quick_start nccl_tests
-# nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules):
+# seqlen_quick compare check torch_matmul torch_decode babelstream nvbandwidth; h100: tests env
+# bandwidth matmul compare check; several GPUs: tests env bandwidth allreduce allreduce_mpi
+# small_latency tp pp compare check quick_start nccl_tests nvbandwidth; not by default: sigterm
+# sigterm_mpi hung_rank pp_schedules):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -28,6 +29,7 @@
 #   seqlen_decode batch-1 decode and prefill at 512, 2048 and 8192 tokens (the headline points)
 #   seqlen_quick  seqlen --quick
 #   compare       bandwidth --quick twice, the second run compared with the first
+#   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
 #   pp_schedules  pp training, m = 16: GPipe and 1F1B with NCCL's CTAs, with 4, over copy engines
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
@@ -47,10 +49,11 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      compare torch_matmul torch_decode babelstream nvbandwidth" ;;
+      compare check torch_matmul torch_decode babelstream nvbandwidth" ;;
+  h100) defaults="tests env bandwidth matmul compare check" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
-    compare quick_start nccl_tests nvbandwidth" ;;
-  *) echo "reference.sh: unknown kind '$kind' (h200, h200x2, h200x4)" >&2 && exit 2 ;;
+    compare check quick_start nccl_tests nvbandwidth" ;;
+  *) echo "reference.sh: unknown kind '$kind' (h100, h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
 work=$(mktemp -d)/$kind
@@ -129,6 +132,25 @@ if has pp_schedules; then
   gpb pp_schedules_ctas4 500 "${train[@]}" --nccl-ctas 4
   ((ngpu >= 2)) && gpb pp_schedules_ce 300 "${train[@]}" --pp 2 --transfers copy-engine
 fi
+# check: check --quick, check, check --from the second run; then a busy GPU: another process
+# holds a GEMM on GPU 2 (the last GPU on fewer than 3) while check --quick runs, against the
+# first run as reference on one GPU (no median to hold it against there).
+if has check; then
+  gpb check_quick 300 check --quick
+  gpb check 900 check
+  gpb check_from 60 check --from "$work/check"
+  busy=$((ngpu > 2 ? 2 : ngpu - 1))
+  "$bin" matmul --gpus "$busy" --dtypes bf16 --shapes 8192x8192x8192 --sustained 600 \
+    --no-files --log-level warn >"$work/logs/check_load.log" 2>&1 &
+  load=$!
+  sleep 8
+  reference=()
+  ((ngpu == 1)) && reference=(--reference "$work/check_quick")
+  gpb check_busy 300 check --quick "${reference[@]}"
+  kill -KILL "$load"  # a load, not a run: matmul's one-measurement hold outlasts SIGTERM
+  wait "$load"
+fi
+
 # compare: bandwidth --quick twice on this machine, then the second run against the first with
 # compare (nothing should regress), in compare/{base,new,report}/.
 if has compare; then

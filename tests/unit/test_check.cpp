@@ -287,5 +287,5 @@ TEST(CheckExpect, SettingsRefuseBadInput) {
   EXPECT_THROW(resolve_settings(o, false), InputError);
   o = Options{};
   EXPECT_TRUE(resolve_settings(o, true).quick);
-  EXPECT_EQ(resolve_settings(o, true).to_json()["runs_battery"], true);
+  EXPECT_EQ(resolve_settings(o, true).to_json()["outlier_pct"], 5.0);
 }

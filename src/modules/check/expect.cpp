@@ -54,8 +54,7 @@ nlohmann::ordered_json Settings::to_json() const {
   return {{"from", from},
           {"expect", expect},
           {"reference", reference},
-          {"outlier_pct", 100 * outlier},
-          {"runs_battery", from.empty()}};
+          {"outlier_pct", 100 * outlier}};
 }
 
 Settings resolve_settings(const Options& o, bool quick) {
