@@ -137,7 +137,7 @@ class CheckModule final : public ResolvingModule<check::Options, check::Settings
     std::vector<Report> reference;
     if (!s.reference.empty())
       reference = without_check(read_run(s.reference, "check --reference").reports);
-    std::vector<Report> battery_reports;
+    std::vector<Step> steps;  // the battery run here: none when judging a run
     check::Evidence e;
     if (judged_) {
       e.reports = without_check(*judged_);
@@ -146,20 +146,20 @@ class CheckModule final : public ResolvingModule<check::Options, check::Settings
     } else if (!s.from.empty()) {
       e = evidence_of(s.from);
     } else {
-      e = run_battery(ctx, battery_reports);
+      steps = battery(ctx.system(), ctx.gpus(), ctx.quick());
+      e = run_battery(ctx, steps);
     }
     const check::Expectations expect = check::expectations_for(gpu_model(e.reports, ctx), s.expect);
     const auto checks =
         check::judge(e, expect, s.reference.empty() ? nullptr : &reference, s.outlier);
     Report r = check::check_report(checks, e, expect, s);
-    if (!battery_reports.empty()) {
-      ojson steps = ojson::array();
-      for (const Step& step : battery(ctx.system(), ctx.gpus(), ctx.quick()))
-        steps.push_back({{"module", step.module}, {"args", step.args}});
-      r.extra["battery"] = steps;
+    if (!steps.empty()) {
+      ojson listed = ojson::array();
+      for (const Step& step : steps)
+        listed.push_back({{"module", step.module}, {"args", step.args}});
+      r.extra["battery"] = listed;
+      for (const Report& b : e.reports) r.attachments.emplace_back(b.module + ".json", to_json(b));
     }
-    for (const Report& b : battery_reports)
-      r.attachments.emplace_back(b.module + ".json", to_json(b));
     return r;
   }
 
@@ -169,18 +169,15 @@ class CheckModule final : public ResolvingModule<check::Options, check::Settings
   }
 
   // Health before, the battery with XID events watched, health after.
-  check::Evidence run_battery(Context& ctx, std::vector<Report>& reports) {
+  check::Evidence run_battery(Context& ctx, const std::vector<Step>& steps) {
     check::Evidence e;
-    const std::vector<Step> steps = battery(ctx.system(), ctx.gpus(), ctx.quick());
     e.before = read_health(ctx.system(), ctx.gpus());
     XidWatcher xids(ctx.system(), ctx.gpus());
     for (const Step& step : steps) {
       if (Context::interrupted()) break;
       spdlog::info("check: running {}", step.module);
-      Report r = run_step(step, ctx);
+      e.reports.push_back(run_step(step, ctx));
       progress::begin(name());
-      reports.push_back(r);
-      e.reports.push_back(std::move(r));
     }
     e.after = read_health(ctx.system(), ctx.gpus());
     e.xids = xids.stop();
