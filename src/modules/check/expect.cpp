@@ -10,6 +10,7 @@
 
 #include "gpubench/core/config.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
 #include "gpubench/modules/check/check.hpp"
 
 namespace gpubench::check {
@@ -26,24 +27,6 @@ namespace {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    if (std::string item = trim(text.substr(start, comma - start)); !item.empty())
-      out.push_back(item);
-    start = comma + 1;
-  }
-  return out;
 }
 
 ExpectFile expect_file_of(const IniFile& ini);
@@ -92,7 +75,11 @@ ExpectFile expect_file_of(const IniFile& ini) {
         if (e.key != "match")
           throw InputError(
               fmt::format("{}:{}: unknown key '{}' in [gpu] (match)", origin, e.line, e.key));
-        f.match = split_list(e.value);
+        try {
+          f.match = split_list(e.value);
+        } catch (const InputError& err) {
+          throw InputError(fmt::format("{}:{}: match: {}", origin, e.line, err.what()));
+        }
         continue;
       }
       const auto& keys = floor_keys();

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "gpubench/core/stats.hpp"
 #include "gpubench/modules/check/check.hpp"
 
 namespace gpubench::check {
@@ -18,8 +19,7 @@ std::string show(double v, const std::string& unit) {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return percentile_sorted(v, 0.5);
 }
 
 // How much worse `value` is than `base`, as a fraction (> 0: worse).
