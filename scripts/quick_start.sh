@@ -32,7 +32,7 @@ the GPUs present, else the project's list); only what the binary needs is instal
 GPUBENCH_SKIP_DEPS=1 skips the dependency check; GPUBENCH_SKIP_BUILD=1 runs the existing
 build/gpubench without building (for machines where nothing can be installed).
 Exit: 0 ok, 1 a benchmark, the build or a dependency failed, 2 bad input, 3 no usable GPU or
-driver.
+driver, 5 the node failed check's verdict.
 EOF
 }
 
@@ -192,5 +192,7 @@ say "report: $report_dir"
 [[ -d "$report_dir/charts" ]] && say "charts: $report_dir/charts/"
 if ((status == 1)); then
   say "some benchmarks failed (gpubench exit 1): see the report for why"
+elif ((status == 5)); then
+  say "the node failed its check (gpubench exit 5): see check.md in the report for why"
 fi
 exit "$status"
