@@ -14,10 +14,10 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick compare check torch_matmul torch_decode babelstream nvbandwidth; h100: tests env
-# bandwidth matmul compare check; several GPUs: tests env bandwidth allreduce allreduce_mpi
-# small_latency tp pp compare check quick_start nccl_tests nvbandwidth; not by default: sigterm
-# sigterm_mpi hung_rank pp_schedules):
+# seqlen_quick compare check stress torch_matmul torch_decode babelstream nvbandwidth; h100: tests
+# env bandwidth matmul compare check stress; several GPUs: tests env bandwidth allreduce
+# allreduce_mpi small_latency tp pp compare check stress quick_start nccl_tests nvbandwidth; not by
+# default: sigterm sigterm_mpi hung_rank pp_schedules stress_long stress_gemm stress_live):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -30,6 +30,8 @@
 #   seqlen_quick  seqlen --quick
 #   compare       bandwidth --quick twice, the second run compared with the first
 #   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
+#   stress        stress --quick; stress_long 9 minutes; stress_gemm the GEMM load beside matmul
+#                 --sustained; stress_live the live view on a terminal (under script)
 #   pp_schedules  pp training, m = 16: GPipe and 1F1B with NCCL's CTAs, with 4, over copy engines
 #   quick_start   scripts/quick_start.sh (all --config config/quick.ini) on the existing build
 #   sigterm sigterm_mpi  the all_reduce sweep stopped by SIGTERM (below)
@@ -49,10 +51,10 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      compare check torch_matmul torch_decode babelstream nvbandwidth" ;;
-  h100) defaults="tests env bandwidth matmul compare check" ;;
+      compare check stress torch_matmul torch_decode babelstream nvbandwidth" ;;
+  h100) defaults="tests env bandwidth matmul compare check stress" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
-    compare check quick_start nccl_tests nvbandwidth" ;;
+    compare check stress quick_start nccl_tests nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h100, h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -150,6 +152,19 @@ if has check; then
   kill -KILL "$load"  # a load, not a run: matmul's one-measurement hold outlasts SIGTERM
   wait "$load"
 fi
+
+# stress: the burn-in, --quick (60 s); stress_long: 9 minutes (what fits one 10-minute call of
+# the GPU machines); stress_gemm: the GEMM load alone for 60 s, then matmul --sustained 60 on the
+# same GPUs, for the sustained bf16 rate side by side; stress_live: 15 s under `script`, the live
+# view as a terminal shows it (logs/stress_live.log keeps its escape sequences).
+has stress && gpb stress 200 stress --quick
+has stress_long && gpb stress_long 590 stress --duration 9m
+if has stress_gemm; then
+  gpb stress_gemm 200 stress --duration 60s --workload gemm
+  gpb stress_gemm_matmul 200 matmul --dtypes bf16 --shapes 8192x8192x8192 --sustained 60
+fi
+has stress_live && command -v script >/dev/null && timed stress_live 100 script -qec \
+  "'$bin' stress --duration 15s --no-files" /dev/null
 
 # compare: bandwidth --quick twice on this machine, then the second run against the first with
 # compare (nothing should regress), in compare/{base,new,report}/.

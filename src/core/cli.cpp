@@ -518,7 +518,7 @@ int cmd_all(std::vector<ModulePtr>& modules, const std::vector<std::string>& cli
   // Parse and validate every module's options first: bad input stops the run before it starts.
   std::vector<std::pair<Module*, CommonOptions>> plan;
   for (auto& m : modules) {
-    if (!m->measures_here()) continue;
+    if (!m->runs_in_all()) continue;
     CommonOptions c = parse_module(*m, cli_args, config.empty() ? nullptr : &ini);
     check_input(*m, c);
     plan.emplace_back(m.get(), c);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 namespace gpubench::progress {
 
@@ -24,7 +25,7 @@ struct State {
   std::mutex mu;
   std::string module;
   Clock::time_point start = Clock::now();
-  std::string line;                    // what the terminal shows now ("" when nothing)
+  std::vector<std::string> lines;      // what the terminal shows now (none: nothing)
   std::size_t current = 0, total = 0;  // next()'s count
 };
 
@@ -53,21 +54,29 @@ std::string clock_text(double seconds) {
   return fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
-// With the state locked: draw `text` (cut to the terminal's width) over the current line.
-void draw(State& s, const std::string& text) {
-  std::string shown = text;
+// With the state locked: draw `lines` (each cut to the terminal's width) over what is shown;
+// the cursor stays at the end of the last one.
+void draw(State& s, const std::vector<std::string>& lines) {
+  std::string out = "\r";
   const std::size_t width = terminal_width() - 1;
-  if (shown.size() > width) shown = shown.substr(0, width);
-  std::fprintf(stderr, "\r\033[K%s", shown.c_str());
+  s.lines.clear();
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string shown = lines[i].size() > width ? lines[i].substr(0, width) : lines[i];
+    out += (i ? "\n" : "") + std::string("\033[K") + shown;
+    s.lines.push_back(std::move(shown));
+  }
+  std::fputs(out.c_str(), stderr);
   std::fflush(stderr);
-  s.line = shown;
 }
 
+// With the state locked: clear what is shown; the cursor ends where its first line began.
 void erase(State& s) {
-  if (s.line.empty()) return;
-  std::fputs("\r\033[K", stderr);
+  if (s.lines.empty()) return;
+  std::string out = "\r\033[K";
+  for (std::size_t i = 1; i < s.lines.size(); ++i) out += "\033[1A\r\033[K";
+  std::fputs(out.c_str(), stderr);
   std::fflush(stderr);
-  s.line.clear();
+  s.lines.clear();
 }
 
 class StatusAwareSink final : public spdlog::sinks::sink {
@@ -76,7 +85,7 @@ class StatusAwareSink final : public spdlog::sinks::sink {
   void log(const spdlog::details::log_msg& msg) override {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    const std::string shown = s.line;
+    const std::vector<std::string> shown = s.lines;
     erase(s);
     inner_->log(msg);
     inner_->flush();
@@ -140,7 +149,7 @@ void step(std::size_t current, std::size_t total, const std::string& what) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - s.start).count();
     text = fmt::format("{} [{}] {}", s.module, describe(current, total, elapsed), what);
     if (stderr_is_terminal()) {
-      draw(s, text);
+      draw(s, {text});
       return;
     }
   }
@@ -149,6 +158,16 @@ void step(std::size_t current, std::size_t total, const std::string& what) {
 
 void end() {
   clear_line();
+}
+
+bool board(const std::vector<std::string>& lines) {
+  if (!stderr_is_terminal() || !spdlog::default_logger()->should_log(spdlog::level::info))
+    return false;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  erase(s);
+  draw(s, lines);
+  return true;
 }
 
 void clear_line() {

@@ -20,6 +20,7 @@ ModulePtr make_tp_module();
 ModulePtr make_pp_module();
 ModulePtr make_compare_module();
 ModulePtr make_check_module();
+ModulePtr make_stress_module();
 
 std::vector<ModulePtr> make_modules() {
   std::vector<ModulePtr> m;
@@ -32,6 +33,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_pp_module());
   m.push_back(make_compare_module());
   m.push_back(make_check_module());
+  m.push_back(make_stress_module());
   return m;
 }
 

@@ -107,6 +107,18 @@ TextTable sweep_table(const Sweep& s) {
   for (const auto& se : s.series)
     for (double x : se.x) add_unique(xs, x);
   std::sort(xs.begin(), xs.end());
+  // A long series (stress's time series) shows evenly spaced rows, the last one included; the
+  // JSON and the chart keep every point.
+  constexpr std::size_t kMaxRows = 40;
+  if (xs.size() > kMaxRows) {
+    const std::size_t step = (xs.size() + kMaxRows - 1) / kMaxRows;
+    std::vector<double> kept;
+    for (std::size_t i = 0; i < xs.size(); i += step) kept.push_back(xs[i]);
+    if (kept.back() != xs.back()) kept.push_back(xs.back());
+    t.title += fmt::format(" ({} of {} points shown; all in the JSON and the chart)", kept.size(),
+                           xs.size());
+    xs = std::move(kept);
+  }
   t.headers.push_back(s.x_unit.empty() ? s.x_label : fmt::format("{} ({})", s.x_label, s.x_unit));
   for (const auto& se : s.series)
     t.headers.push_back(s.y_unit.empty() ? se.label : fmt::format("{} ({})", se.label, s.y_unit));

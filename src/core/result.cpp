@@ -108,6 +108,31 @@ void Verdict::add(Finding f) {
   findings.push_back(std::move(f));
 }
 
+Verdict add_check_rows(Report& r, const std::vector<Check>& checks) {
+  const auto rank = [](const std::string& l) {
+    return l == "FAIL" ? 0 : l == "WARN" ? 1 : l == "PASS" ? 2 : 3;
+  };
+  std::vector<Check> sorted = checks;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](const Check& a, const Check& b) { return rank(a.level) < rank(b.level); });
+  Verdict v;
+  for (const Check& c : sorted) {
+    CaseResult row;
+    row.group = c.group;
+    row.name = c.subject;
+    row.params = {{"check", c.what}, {"verdict", c.level}};
+    if (std::isfinite(c.value)) row.metric("value", c.value, c.unit);
+    if (std::isfinite(c.expected)) row.metric("expected", c.expected, c.unit);
+    row.note = c.reason;
+    r.add(std::move(row));
+    if (c.level == "N/A") continue;
+    ++v.judged;
+    if (c.level != "PASS")
+      v.add({c.level, c.subject, c.group + ": " + c.what, c.value, c.expected, c.unit, c.reason});
+  }
+  return v;
+}
+
 namespace {
 
 ojson verdict_json(const Verdict& v) {

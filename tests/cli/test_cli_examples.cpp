@@ -16,7 +16,7 @@ using namespace gpubench::cli_test;
 namespace {
 
 const char* const kSubcommands[] = {"env", "bandwidth", "allreduce", "matmul", "seqlen",
-                                    "tp",  "pp",        "compare",   "check"};
+                                    "tp",  "pp",        "compare",   "check",  "stress"};
 
 // "mpirun -np 4 gpubench allreduce -b 64M" -> "allreduce -b 64M"; "" when not a gpubench command.
 std::string gpubench_args(std::string line) {

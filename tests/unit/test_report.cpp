@@ -153,6 +153,26 @@ TEST(Report, ConsoleAligned) {
   EXPECT_NE(c.find("390.1"), std::string::npos);
 }
 
+TEST(Report, LongSweepsShowEvenlySpacedRowsAndTheLast) {
+  Report r;
+  r.module = "stress";
+  Sweep s{"stress_power", "Power over the run", "time", "s", "power", "W", false, {}};
+  Series gpu{"GPU 0", {}, {}};
+  for (int i = 1; i <= 900; ++i) {
+    gpu.x.push_back(i);
+    gpu.y.push_back(600 + i % 7);
+  }
+  s.series.push_back(gpu);
+  r.sweeps.push_back(s);
+  const std::string c = render_console(r);
+  EXPECT_NE(c.find("Power over the run (41 of 900 points shown; all in the JSON and the chart)"),
+            std::string::npos)
+      << c;
+  EXPECT_NE(c.find("\n  900 "), std::string::npos) << "the last point is shown";
+  EXPECT_EQ(c.find("\n  2 "), std::string::npos) << "rows in between are left out";
+  EXPECT_EQ(to_json(r)["sweeps"][0]["series"][0]["x"].size(), 900u);
+}
+
 TEST(Report, AtomicWriteAndOutputDir) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "gpubench_report_test";

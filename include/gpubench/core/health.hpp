@@ -5,12 +5,16 @@
 // between are caught by an XidWatcher. A counter the driver does not expose is empty (null in
 // JSON): "not available", never zero.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "gpubench/core/result.hpp"
 
 namespace gpubench {
 
@@ -84,5 +88,27 @@ class XidWatcher {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// What a judgement of health reads: snapshots before and after some work (either may be
+// missing), the XID events seen in between, and the clocks-event reasons the work's monitors saw
+// per GPU (throttle_reason_names spellings).
+struct HealthEvidence {
+  const HealthSnapshot* before = nullptr;
+  const HealthSnapshot* after = nullptr;
+  std::vector<XidWatcher::Event> xids;
+  std::string xid_unavailable;  // why XID events were not watched ("" when they were)
+  std::map<int, std::set<std::string>> throttles;
+  std::string during = "during the battery";  // how reasons name the span between snapshots
+};
+
+// Every health check of the evidence: memory errors and their repair (ECC, retired pages,
+// remapped rows), PCIe replays and width, temperature, other processes, persistence and MIG,
+// NVLink state and error counters (their deltas), XID events (FAIL), and the slowdowns seen (a
+// hardware slowdown FAILs, software thermal WARNs, the software power cap passes). A counter the
+// driver does not expose is N/A.
+std::vector<Check> judge_health(const HealthEvidence& evidence);
+// Writes the snapshots and XID events of `evidence` into a report's `extra` (health_before,
+// health_after, xid_events, xid_unavailable), where `check --from` reads them back.
+void write_health_evidence(const HealthEvidence& evidence, nlohmann::ordered_json& extra);
 
 }  // namespace gpubench

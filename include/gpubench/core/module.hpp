@@ -43,6 +43,9 @@ class Module {
   // Does it measure this machine? compare reads earlier runs instead: `gpubench all` leaves it
   // out, and its report carries neither this machine's system nor its warnings.
   virtual bool measures_here() const { return true; }
+  // Is it part of `gpubench all`? Every module that measures, but a burn-in (stress), which
+  // holds the GPUs for as long as it is asked to.
+  virtual bool runs_in_all() const { return measures_here(); }
   // Does it judge a run (check)? `gpubench all` runs it last and hands it, first, the reports
   // of the modules before it: it judges those instead of measuring its own, and the run ends
   // with its verdict.

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gpubench::progress {
 
@@ -23,6 +24,10 @@ void expect(std::size_t total);
 void next(const std::string& what);
 // The module ended: the status line is cleared (its tables come next).
 void end();
+// A live view: `lines` shown in place of the status line and redrawn by the next call (a log
+// line lifts them out of its way, as it does the status line). On a terminal, where the log
+// level shows info, only: false elsewhere, for the caller to log plain lines now and then.
+bool board(const std::vector<std::string>& lines);
 // Clears the status line (before text written to stderr without the log, e.g. a fatal error).
 void clear_line();
 

@@ -76,6 +76,18 @@ struct Finding {
   std::string unit;
   std::string reason;  // "-12.1% (base 4.35, noise 0.4%)"
 };
+// One judged item of a verdict, before it is rendered: PASS, WARN, FAIL, or N/A (what it needs
+// is not available here; never counted as PASS). `check` and `stress` build their reports from
+// these.
+struct Check {
+  std::string level;
+  std::string group;    // "HBM triad (fp64)", "Health", "NVLink", "Runs"
+  std::string subject;  // "GPU 2", "GPU 1 link 3", "node"
+  std::string what;     // "floor", "outlier", "ECC uncorrected errors", ...
+  double value = std::nan(""), expected = std::nan("");
+  std::string unit;
+  std::string reason;
+};
 struct Verdict {
   std::string level = "PASS";
   std::string line;               // "compare FAIL: 3 of 412 figures regressed (worst ...)"
@@ -84,6 +96,12 @@ struct Verdict {
   // Adds a finding and raises the level to it.
   void add(Finding f);
 };
+struct Report;
+// Adds a row per check to `r`, FAILs first and N/A last (group and subject from the check, its
+// level and what in params, value and expected as metrics, the reason as the note), and returns
+// the verdict of the checks: the worst level, a finding per WARN and FAIL, `judged` the checks
+// that are not N/A. The caller writes the verdict's line.
+Verdict add_check_rows(Report& r, const std::vector<Check>& checks);
 // The worse of two levels (PASS < WARN < FAIL).
 const std::string& worse_level(const std::string& a, const std::string& b);
 

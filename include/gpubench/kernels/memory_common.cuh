@@ -3,6 +3,7 @@
 // from the device's occupancy and SM count, and a block-wide sum. CUDA-only; not for modules.
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 
 #include "gpubench/kernels/memory.cuh"
 

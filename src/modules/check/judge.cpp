@@ -127,7 +127,28 @@ void judge_runs(const std::vector<Report>& reports, std::vector<Check>& out) {
   }
 }
 
+// The clocks-event reasons the reports' monitors saw, per GPU.
+std::map<int, std::set<std::string>> throttles_seen(const std::vector<Report>& reports) {
+  std::map<int, std::set<std::string>> seen;
+  for (const Report& r : reports)
+    if (r.monitor.contains("gpus") && r.monitor["gpus"].is_array())
+      for (const auto& g : r.monitor["gpus"])
+        if (g.contains("gpu") && g.contains("throttle_reasons"))
+          for (const auto& n : g["throttle_reasons"])
+            seen[g["gpu"].get<int>()].insert(n.get<std::string>());
+  return seen;
+}
+
 }  // namespace
+
+HealthEvidence health_of(const Evidence& e) {
+  return {e.before ? &*e.before : nullptr,
+          e.after ? &*e.after : nullptr,
+          e.xids,
+          e.xid_unavailable,
+          {},
+          "during the battery"};
+}
 
 std::vector<Check> judge(const Evidence& evidence, const Expectations& expect,
                          const std::vector<Report>* reference, double outlier) {
@@ -137,7 +158,9 @@ std::vector<Check> judge(const Evidence& evidence, const Expectations& expect,
   judge_floors(figs, expect, out);
   judge_outliers(figs, outlier, out);
   if (reference) judge_reference(figs, *reference, outlier, out);
-  for (Check& c : judge_health(evidence)) out.push_back(std::move(c));
+  HealthEvidence health = health_of(evidence);
+  health.throttles = throttles_seen(evidence.reports);
+  for (Check& c : judge_health(health)) out.push_back(std::move(c));
   return out;
 }
 

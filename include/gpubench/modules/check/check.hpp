@@ -80,24 +80,12 @@ struct Evidence {
   std::string xid_unavailable;  // why XID events were not watched ("" when they were)
 };
 
-// One check: level PASS, WARN, FAIL, or N/A (the driver does not tell; never counted as PASS).
-struct Check {
-  std::string level;
-  std::string group;    // "HBM triad (fp64)", "Health", "NVLink", "Runs"
-  std::string subject;  // "GPU 2", "GPU 1 link 3", "node"
-  std::string what;     // "floor", "outlier", "reference", "ECC uncorrected errors", ...
-  double value = std::nan(""), expected = std::nan("");
-  std::string unit;
-  std::string reason;
-};
-
 // Every check of the evidence: floors, outliers (more than `outlier` below the median of the
 // same figure on the node), the reference run's figures when given, failed cases, and health.
 std::vector<Check> judge(const Evidence& evidence, const Expectations& expect,
                          const std::vector<Report>* reference, double outlier);
-// Health alone: the counters of `before` and `after` (their deltas), XID events, throttling
-// seen by the battery's monitors.
-std::vector<Check> judge_health(const Evidence& evidence);
+// The health part of the evidence (its snapshots and XID events; no throttling).
+HealthEvidence health_of(const Evidence& evidence);
 
 // The report: a case per check (FAILs first), the verdict (the worst level; a line naming the
 // FAILs, else the WARNs), the snapshots and expectations in `extra`.

@@ -1,14 +1,14 @@
-// check's judgement of health: NVML's counters before and after the battery (their deltas),
-// XID events during it, and the throttling the battery's monitors saw. A counter the driver
-// does not expose is N/A, never PASS.
+// The judgement of health (see health.hpp): NVML's counters before and after some work (their
+// deltas), XID events during it, and the throttling its monitors saw. A counter the driver does
+// not expose is N/A, never PASS.
 #include <fmt/format.h>
 
-#include <set>
+#include <limits>
 
+#include "gpubench/core/health.hpp"
 #include "gpubench/core/nvml.hpp"
-#include "gpubench/modules/check/check.hpp"
 
-namespace gpubench::check {
+namespace gpubench {
 
 namespace {
 
@@ -21,6 +21,7 @@ constexpr unsigned kHotMargin = 5;
 struct Sink {
   std::vector<Check>& out;
   std::string subject;
+  std::string during;
   void add(const char* level, const std::string& what, double value, const std::string& reason,
            const std::string& group = "Health") {
     out.push_back({level, group, subject, what, value, kNaN, "", reason});
@@ -36,7 +37,7 @@ void counter(Sink& s, const std::string& what, const std::optional<std::uint64_t
   if (before) {
     const std::uint64_t delta = *now >= *before ? *now - *before : *now;
     s.add(delta > 0 ? bad : "PASS", what, static_cast<double>(delta),
-          fmt::format("+{} during the battery ({} since the driver loaded)", delta, *now));
+          fmt::format("+{} {} ({} since the driver loaded)", delta, s.during, *now));
   } else {
     s.add(*now > 0 ? bad : "PASS", what, static_cast<double>(*now),
           fmt::format("{} since the driver loaded", *now));
@@ -165,15 +166,14 @@ void nvlink_checks(Sink& s, const GpuHealth& g, const GpuHealth* was, const Heal
                                                                     : "PASS";
     s.add(level, "NVLink error counters", static_cast<double>(crc),
           fmt::format("CRC errors +{}, replays +{}, recoveries +{} {}", crc, replay.value_or(0),
-                      recovery.value_or(0),
-                      before ? "during the battery" : "since the driver loaded"),
+                      recovery.value_or(0), before ? s.during : "since the driver loaded"),
           "NVLink");
   }
   s.subject = subject;
 }
 
-void xid_checks(const Evidence& e, std::vector<Check>& out) {
-  if (!e.after) return;  // no battery watched (a judged run without check's snapshots)
+void xid_checks(const HealthEvidence& e, std::vector<Check>& out) {
+  if (!e.after) return;  // no work watched (a judged run without snapshots)
   if (!e.xid_unavailable.empty() && e.xids.empty()) {
     out.push_back({"N/A", "Health", "node", "XID events", kNaN, kNaN, "", e.xid_unavailable});
     return;
@@ -182,19 +182,12 @@ void xid_checks(const Evidence& e, std::vector<Check>& out) {
     out.push_back({"FAIL", "Health", fmt::format("GPU {}", x.gpu), "XID event",
                    static_cast<double>(x.xid), kNaN, "", fmt::format("XID {} at {}", x.xid, x.at)});
   if (e.xids.empty())
-    out.push_back({"PASS", "Health", "node", "XID events", 0, kNaN, "", "none during the battery"});
+    out.push_back({"PASS", "Health", "node", "XID events", 0, kNaN, "", "none " + e.during});
 }
 
-// Throttling the battery's monitors saw: hardware slowdowns FAIL, software thermal WARNs; the
-// software power cap is how a GPU runs at full load, and passes.
-void throttle_checks(const std::vector<Report>& reports, std::vector<Check>& out) {
-  std::map<int, std::set<std::string>> seen;
-  for (const Report& r : reports)
-    if (r.monitor.contains("gpus") && r.monitor["gpus"].is_array())
-      for (const auto& g : r.monitor["gpus"])
-        if (g.contains("gpu") && g.contains("throttle_reasons"))
-          for (const auto& n : g["throttle_reasons"])
-            seen[g["gpu"].get<int>()].insert(n.get<std::string>());
+// Throttling the monitors saw: hardware slowdowns FAIL, software thermal WARNs; the software
+// power cap is how a GPU runs at full load, and passes.
+void throttle_checks(const std::map<int, std::set<std::string>>& seen, std::vector<Check>& out) {
   for (const auto& [gpu, names] : seen) {
     const char* level = "PASS";
     std::string list;
@@ -215,16 +208,16 @@ void throttle_checks(const std::vector<Report>& reports, std::vector<Check>& out
 
 }  // namespace
 
-std::vector<Check> judge_health(const Evidence& e) {
+std::vector<Check> judge_health(const HealthEvidence& e) {
   std::vector<Check> out;
-  const HealthSnapshot* now = e.after ? &*e.after : e.before ? &*e.before : nullptr;
+  const HealthSnapshot* now = e.after ? e.after : e.before;
   if (!now || !now->unavailable.empty()) {
     out.push_back({"N/A", "Health", "node", "NVML counters", kNaN, kNaN, "",
                    now ? "NVML: " + now->unavailable : "the run holds no health snapshot"});
   } else {
     for (const GpuHealth& g : now->gpus) {
       const GpuHealth* was = e.before && e.after ? e.before->find(g.gpu) : nullptr;
-      Sink s{out, fmt::format("GPU {}", g.gpu)};
+      Sink s{out, fmt::format("GPU {}", g.gpu), e.during};
       memory_checks(s, g, was);
       pcie_checks(s, g, was);
       state_checks(s, g, was);
@@ -232,8 +225,18 @@ std::vector<Check> judge_health(const Evidence& e) {
     }
   }
   xid_checks(e, out);
-  throttle_checks(e.reports, out);
+  throttle_checks(e.throttles, out);
   return out;
 }
 
-}  // namespace gpubench::check
+void write_health_evidence(const HealthEvidence& e, nlohmann::ordered_json& extra) {
+  if (e.before) extra["health_before"] = e.before->to_json();
+  if (e.after) extra["health_after"] = e.after->to_json();
+  nlohmann::ordered_json xids = nlohmann::ordered_json::array();
+  for (const XidWatcher::Event& x : e.xids)
+    xids.push_back({{"gpu", x.gpu}, {"xid", x.xid}, {"at", x.at}});
+  extra["xid_events"] = xids;
+  if (!e.xid_unavailable.empty()) extra["xid_unavailable"] = e.xid_unavailable;
+}
+
+}  // namespace gpubench

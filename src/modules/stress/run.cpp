@@ -1,0 +1,209 @@
+// stress's run: the loads set up on every GPU, held on threads of their own for the duration,
+// sampled about once a second (rates, clocks, power, temperature, errors) into the time series
+// and the live view; health read before and after, XID events watched in between.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <thread>
+
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/monitor.hpp"
+#include "gpubench/core/nvml.hpp"
+#include "gpubench/core/peers.hpp"
+#include "gpubench/core/progress.hpp"
+#include "gpubench/core/system.hpp"
+#include "gpubench/modules/stress/loads.hpp"
+
+namespace gpubench::stress {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kSamplePeriod = 1.0;  // seconds between samples
+constexpr double kLogPeriod = 10.0;    // seconds between plain status lines off a terminal
+
+// The loads of one GPU, set up in turn: GEMM and links first, the memory test last (it takes
+// its share of what they left free).
+struct GpuLoads {
+  std::unique_ptr<GemmLoad> gemm;
+  std::unique_ptr<LinkLoad> link;
+  std::unique_ptr<MemoryLoad> memory;
+};
+
+// The GEMM algorithms are chosen on the first GPU of each model and taken by the others.
+void set_up(const System& sys, const Settings& s, const Faults& f, const std::vector<int>& gpus,
+            std::vector<GpuLoads>& loads, Outcome& o) {
+  std::unique_ptr<PeerAccess> peers;
+  if (s.link && gpus.size() > 1) peers = std::make_unique<PeerAccess>(gpus);
+  const auto model = [&](int g) { return sys.gpu(g) ? sys.gpu(g)->name : std::string(); };
+  std::map<std::string, const GemmLoad*> first_of_model;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const int g = gpus[i];
+    try {
+      if (s.gemm) {
+        const auto like = first_of_model.find(model(g));
+        loads[i].gemm = std::make_unique<GemmLoad>(
+            g, s.dtypes, f.gemm_gpu == g, like == first_of_model.end() ? nullptr : like->second);
+        first_of_model.emplace(model(g), loads[i].gemm.get());
+      }
+      if (s.link) {
+        std::vector<int> to;
+        for (int p : gpus)
+          if (p != g && peers && peers->pair(g, p)) to.push_back(p);
+        loads[i].link = std::make_unique<LinkLoad>(g, to, std::make_pair(f.link_src, f.link_dst));
+      }
+    } catch (const std::exception& e) {
+      o.gpus[i].error = e.what();
+    }
+  }
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    if (!s.memory || !o.gpus[i].error.empty()) continue;
+    try {
+      loads[i].memory =
+          std::make_unique<MemoryLoad>(gpus[i], s.memory_share, f.memory_gpu == gpus[i]);
+    } catch (const std::exception& e) {
+      o.gpus[i].error = e.what();
+    }
+  }
+}
+
+// Each dtype's first output compared by hash across the GPUs that ran the same algorithm (those
+// of one model): a GPU that differs from the majority disagrees (with two GPUs that differ,
+// both do: neither can be told right).
+void compare_golden(Outcome& o) {
+  std::map<std::string, std::map<std::uint64_t, int>> votes;
+  const auto key = [](const GemmOutcome& m) { return std::string(to_string(m.dtype)) + m.algo; };
+  for (const GpuOutcome& g : o.gpus)
+    for (const GemmOutcome& m : g.gemm) ++votes[key(m)][m.golden_hash];
+  for (GpuOutcome& g : o.gpus)
+    for (GemmOutcome& m : g.gemm) {
+      const auto& v = votes[key(m)];
+      int voters = 0;
+      for (const auto& [hash, n] : v) voters += n;
+      if (voters < 2) continue;
+      m.agrees = 2 * v.at(m.golden_hash) > voters;
+    }
+}
+
+Sample sample_of(int gpu, double t, const Progress::Totals& now, const Progress::Totals& was) {
+  Sample s;
+  s.t = t;
+  const auto rate = [](double amount, double seconds, double scale) {
+    return seconds > 0 ? amount / seconds / scale : std::nan("");
+  };
+  s.tflops = rate(now.flops - was.flops, now.gemm_s - was.gemm_s, 1e12);
+  s.memory_GBps = rate(now.memory_bytes - was.memory_bytes, now.memory_s - was.memory_s, 1e9);
+  s.link_GBps = rate(now.link_bytes - was.link_bytes, now.link_s - was.link_s, 1e9);
+  s.errors = now.errors;
+  const Nvml& nvml = Nvml::get();
+  if (const auto d = nvml.available() ? nvml.device_for_cuda(gpu) : std::nullopt) {
+    s.sm_MHz = nvml.clock_MHz(*d, nvml::Clock::Sm);
+    s.mem_MHz = nvml.clock_MHz(*d, nvml::Clock::Memory);
+    s.power_W = nvml.power_W(*d);
+    s.temperature_C = nvml.temperature_C(*d);
+    s.reasons = nvml.clocks_event_reasons(*d).value_or(0);
+  }
+  return s;
+}
+
+// Samples every GPU each period until every load thread has ended; draws the live view.
+void sample_until_done(const std::vector<int>& gpus, std::deque<Progress>& progress,
+                       const std::atomic<int>& running, double duration_s, Clock::time_point t0,
+                       Outcome& o) {
+  std::vector<Progress::Totals> last(gpus.size());
+  double next_log = kLogPeriod;
+  while (running.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double last_t = o.gpus.front().series.empty() ? 0 : o.gpus.front().series.back().t;
+    if (t - last_t < kSamplePeriod && running.load() > 0) continue;
+    std::vector<std::string> lines;
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      const Progress::Totals now = progress[i].totals();
+      Sample s = sample_of(gpus[i], t, now, last[i]);
+      last[i] = now;
+      for (const std::string& n : throttle_reason_names(s.reasons)) o.gpus[i].throttles.insert(n);
+      lines.push_back(live_line(gpus[i], s, duration_s));
+      o.gpus[i].series.push_back(std::move(s));
+    }
+    if (!progress::board(lines) && t >= next_log) {
+      for (const std::string& l : lines) spdlog::info("stress: {}", l);
+      next_log += kLogPeriod;
+    }
+  }
+  progress::clear_line();
+}
+
+}  // namespace
+
+Outcome run(Context& ctx, const Settings& s, const Faults& f) {
+  Outcome o;
+  o.settings = s;
+  const std::vector<int>& gpus = ctx.gpus();
+  for (int g : gpus) o.gpus.push_back(GpuOutcome{g, {}, {}, {}, {}, {}});
+  o.before = read_health(ctx.system(), gpus);
+  std::vector<GpuLoads> loads(gpus.size());
+  spdlog::info("stress: setting up {} on {} GPU(s)", s.to_json()["workloads"].dump(), gpus.size());
+  set_up(ctx.system(), s, f, gpus, loads, o);
+  for (std::size_t i = 0; i < gpus.size(); ++i)
+    if (loads[i].gemm) o.gpus[i].gemm = loads[i].gemm->outcomes();
+  compare_golden(o);
+
+  XidWatcher xids(ctx.system(), gpus);
+  std::deque<Progress> progress(gpus.size());
+  std::atomic<int> running{0};
+  std::atomic<bool> failed{false};
+  const Clock::time_point t0 = Clock::now();
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.duration_s));
+  const StopFn stop = [&] {
+    return Context::interrupted() || failed.load() || Clock::now() >= deadline;
+  };
+  std::vector<std::thread> threads;
+  std::mutex error_mu;
+  const auto launch = [&](std::size_t i, auto* load) {
+    if (!load) return;
+    ++running;
+    threads.emplace_back([&, i, load] {
+      try {
+        load->run(stop, progress[i]);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        o.gpus[i].error += (o.gpus[i].error.empty() ? "" : "; ") + std::string(e.what());
+        failed = true;  // a CUDA error may have left the context unusable: stop everything
+      }
+      --running;
+    });
+  };
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    launch(i, loads[i].gemm.get());
+    launch(i, loads[i].memory.get());
+    launch(i, loads[i].link.get());
+  }
+  sample_until_done(gpus, progress, running, s.duration_s, t0, o);
+  for (std::thread& t : threads) t.join();
+  o.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  o.interrupted = Context::interrupted();
+
+  o.after = read_health(ctx.system(), gpus);
+  o.xids = xids.stop();
+  o.xid_unavailable = xids.unavailable();
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    if (loads[i].gemm) {
+      std::vector<GemmOutcome> now = loads[i].gemm->outcomes();
+      for (std::size_t k = 0; k < now.size() && k < o.gpus[i].gemm.size(); ++k)
+        now[k].agrees = o.gpus[i].gemm[k].agrees;
+      o.gpus[i].gemm = std::move(now);
+    }
+    if (loads[i].memory) o.gpus[i].memory = loads[i].memory->outcome();
+    if (loads[i].link)
+      for (LinkOutcome& l : loads[i].link->outcomes()) o.links.push_back(std::move(l));
+  }
+  return o;
+}
+
+}  // namespace gpubench::stress
