@@ -3,11 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
 
 namespace gpubench {
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  return percentile_sorted(values, 0.5);
+}
 
 double percentile_sorted(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) throw std::invalid_argument("percentile of an empty sample");

@@ -18,6 +18,8 @@ struct Stats {
 
 // Percentile with linear interpolation between closest ranks (q in [0,1]) of sorted data.
 double percentile_sorted(const std::vector<double>& sorted, double q);
+// The median of unsorted values; NaN when there are none.
+double median_of(std::vector<double> values);
 // Throws std::invalid_argument on an empty sample.
 Stats compute_stats(std::vector<double> samples);
 // Relative noise used by the stopping rule: stdev / mean (0 for fewer than 2 samples).

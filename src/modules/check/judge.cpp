@@ -17,11 +17,6 @@ std::string show(double v, const std::string& unit) {
   return fmt::format("{:.4g} {}", v, unit);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return percentile_sorted(v, 0.5);
-}
-
 // How much worse `value` is than `base`, as a fraction (> 0: worse).
 double worse_by(const Figure& f, double value, double base) {
   const double rel = (value - base) / base;
@@ -57,7 +52,7 @@ void judge_outliers(const std::vector<Figure>& figs, double share, std::vector<C
     if (members.size() < 2) continue;
     std::vector<double> values;
     for (const Figure* f : members) values.push_back(f->value);
-    const double med = median(values);
+    const double med = median_of(values);
     for (const Figure* f : members) {
       const double worse = worse_by(*f, f->value, med);
       const double expected = f->higher_better ? med * (1 - share) : med * (1 + share);

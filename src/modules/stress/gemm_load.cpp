@@ -8,6 +8,7 @@
 
 #include "gpubench/core/cublaslt.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/core/stats.hpp"
 #include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/kernels/memtest.cuh"
 #include "gpubench/modules/stress/loads.hpp"
@@ -42,22 +43,6 @@ struct DtypeState {
 };
 
 }  // namespace
-
-void Progress::add(const Totals& m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  t_.flops += m.flops;
-  t_.gemm_s += m.gemm_s;
-  t_.memory_bytes += m.memory_bytes;
-  t_.memory_s += m.memory_s;
-  t_.link_bytes += m.link_bytes;
-  t_.link_s += m.link_s;
-  t_.errors += m.errors;
-}
-
-Progress::Totals Progress::totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return t_;
-}
 
 struct GemmLoad::Impl {
   int gpu;
@@ -258,8 +243,8 @@ std::vector<GemmOutcome> GemmLoad::outcomes() const {
     std::vector<double> r = s->batch_tflops;
     if (!r.empty()) {
       std::sort(r.begin(), r.end());
-      o.tflops = r.size() % 2 ? r[r.size() / 2] : (r[r.size() / 2 - 1] + r[r.size() / 2]) / 2;
-      o.tflops_low = r[r.size() / 20];
+      o.tflops = percentile_sorted(r, 0.5);
+      o.tflops_low = percentile_sorted(r, 0.05);
     }
     out.push_back(std::move(o));
   }

@@ -140,6 +140,22 @@ void sample_until_done(const std::vector<int>& gpus, std::deque<Progress>& progr
 
 }  // namespace
 
+void Progress::add(const Totals& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  t_.flops += m.flops;
+  t_.gemm_s += m.gemm_s;
+  t_.memory_bytes += m.memory_bytes;
+  t_.memory_s += m.memory_s;
+  t_.link_bytes += m.link_bytes;
+  t_.link_s += m.link_s;
+  t_.errors += m.errors;
+}
+
+Progress::Totals Progress::totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return t_;
+}
+
 Outcome run(Context& ctx, const Settings& s, const Faults& f) {
   Outcome o;
   o.settings = s;

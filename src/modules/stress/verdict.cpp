@@ -6,6 +6,7 @@
 #include <cmath>
 #include <regex>
 
+#include "gpubench/core/stats.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/stress/stress.hpp"
 
@@ -17,13 +18,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string gpu_name(int gpu) {
   return gpu < 0 ? std::string("host") : fmt::format("GPU {}", gpu);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void gemm_checks(const GpuOutcome& g, const GemmOutcome& m, double node_median, double outlier,
@@ -107,7 +101,7 @@ std::vector<Check> judge(const Outcome& o) {
     for (const GpuOutcome& g : o.gpus)
       for (const GemmOutcome& m : g.gemm)
         if (g.gpu != gpu && m.dtype == t && m.tflops > 0) r.push_back(m.tflops);
-    return median(r);
+    return median_of(r);
   };
   for (const GpuOutcome& g : o.gpus) {
     if (!g.error.empty())
