@@ -242,6 +242,31 @@ TEST(StressJudge, SlowGpuAgainstTheMedian) {
   EXPECT_TRUE(faulty_set(one).empty());
 }
 
+TEST(StressJudge, FirstOutputsComparedByMajorityWithinOneAlgorithm) {
+  Outcome o = clean(4);
+  for (GpuOutcome& g : o.gpus) g.gemm[0].algo = "id 66";
+  o.gpus[2].gemm[0].golden_hash = 0x1234;
+  compare_first_outputs(o);
+  for (const GpuOutcome& g : o.gpus) EXPECT_EQ(g.gemm[0].agrees, g.gpu != 2) << g.gpu;
+  EXPECT_EQ(faulty_set(o), std::set<int>{2});
+  // Two GPUs that differ: neither can be told right.
+  Outcome two = clean(2);
+  two.gpus[1].gemm[0].golden_hash = 0x1234;
+  compare_first_outputs(two);
+  EXPECT_EQ(two.gpus[0].gemm[0].agrees, false);
+  EXPECT_EQ(two.gpus[1].gemm[0].agrees, false);
+  // Another algorithm (another GPU model) is not compared; one GPU alone is not either.
+  Outcome mixed = clean(3);
+  mixed.gpus[2].gemm[0].algo = "id 31";
+  mixed.gpus[2].gemm[0].golden_hash = 0x1234;
+  compare_first_outputs(mixed);
+  EXPECT_EQ(mixed.gpus[0].gemm[0].agrees, true);
+  EXPECT_FALSE(mixed.gpus[2].gemm[0].agrees.has_value());
+  Outcome one = clean(1);
+  compare_first_outputs(one);
+  EXPECT_FALSE(one.gpus[0].gemm[0].agrees.has_value());
+}
+
 TEST(StressJudge, DisagreeingFirstOutputFails) {
   Outcome o = clean(3);
   for (GpuOutcome& g : o.gpus) g.gemm[0].agrees = true;

@@ -71,24 +71,6 @@ void set_up(const System& sys, const Settings& s, const Faults& f, const std::ve
   }
 }
 
-// Each dtype's first output compared by hash across the GPUs that ran the same algorithm (those
-// of one model): a GPU that differs from the majority disagrees (with two GPUs that differ,
-// both do: neither can be told right).
-void compare_golden(Outcome& o) {
-  std::map<std::string, std::map<std::uint64_t, int>> votes;
-  const auto key = [](const GemmOutcome& m) { return std::string(to_string(m.dtype)) + m.algo; };
-  for (const GpuOutcome& g : o.gpus)
-    for (const GemmOutcome& m : g.gemm) ++votes[key(m)][m.golden_hash];
-  for (GpuOutcome& g : o.gpus)
-    for (GemmOutcome& m : g.gemm) {
-      const auto& v = votes[key(m)];
-      int voters = 0;
-      for (const auto& [hash, n] : v) voters += n;
-      if (voters < 2) continue;
-      m.agrees = 2 * v.at(m.golden_hash) > voters;
-    }
-}
-
 Sample sample_of(int gpu, double t, const Progress::Totals& now, const Progress::Totals& was) {
   Sample s;
   s.t = t;
@@ -167,7 +149,7 @@ Outcome run(Context& ctx, const Settings& s, const Faults& f) {
   set_up(ctx.system(), s, f, gpus, loads, o);
   for (std::size_t i = 0; i < gpus.size(); ++i)
     if (loads[i].gemm) o.gpus[i].gemm = loads[i].gemm->outcomes();
-  compare_golden(o);
+  compare_first_outputs(o);
 
   XidWatcher xids(ctx.system(), gpus);
   std::deque<Progress> progress(gpus.size());

@@ -89,6 +89,21 @@ void link_checks(const LinkOutcome& l, std::vector<Check>& out) {
 
 }  // namespace
 
+void compare_first_outputs(Outcome& o) {
+  std::map<std::string, std::map<std::uint64_t, int>> votes;
+  const auto key = [](const GemmOutcome& m) { return std::string(to_string(m.dtype)) + m.algo; };
+  for (const GpuOutcome& g : o.gpus)
+    for (const GemmOutcome& m : g.gemm) ++votes[key(m)][m.golden_hash];
+  for (GpuOutcome& g : o.gpus)
+    for (GemmOutcome& m : g.gemm) {
+      const auto& v = votes[key(m)];
+      int voters = 0;
+      for (const auto& [hash, n] : v) voters += n;
+      if (voters < 2) continue;
+      m.agrees = 2 * v.at(m.golden_hash) > voters;
+    }
+}
+
 std::string LinkOutcome::name() const {
   return gpu_name(src) + " -> " + gpu_name(dst);
 }

@@ -120,6 +120,10 @@ struct Outcome {
 
 // ---- Judging and the report (host logic) ----
 
+// Sets each GEMM outcome's `agrees`: its first output's hash against those of the other GPUs
+// that ran the same dtype and algorithm (one model's). A GPU that differs from the majority
+// disagrees; with two that differ, both do (neither can be told right); alone, nothing is set.
+void compare_first_outputs(Outcome& o);
 // Every check of the outcome: per GPU its GEMM outputs (against the first, the first against
 // the reference and the other GPUs), its memory test, its links (a link's errors count against
 // both ends), its sustained GEMM rate against the other GPUs' median (more than `outlier` below
