@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <regex>
 
 #include "gpubench/core/stats.hpp"
@@ -20,7 +21,7 @@ std::string gpu_name(int gpu) {
   return gpu < 0 ? std::string("host") : fmt::format("GPU {}", gpu);
 }
 
-void gemm_checks(const GpuOutcome& g, const GemmOutcome& m, double node_median, double outlier,
+void gemm_checks(const GpuOutcome& g, const GemmOutcome& m, double others_median, double outlier,
                  std::vector<Check>& out) {
   const std::string group = fmt::format("GEMM {}", to_string(m.dtype));
   const std::string who = gpu_name(g.gpu);
@@ -43,14 +44,14 @@ void gemm_checks(const GpuOutcome& g, const GemmOutcome& m, double node_median, 
                    fmt::format("{} elements differed over {} outputs (first at element {})",
                                m.mismatched, m.iterations, m.first_mismatch)});
   }
-  if (std::isfinite(node_median) && node_median > 0 && m.tflops > 0) {
-    const double floor = node_median * (1 - outlier);
-    const double below = 100 * (1 - m.tflops / node_median);
+  if (std::isfinite(others_median) && others_median > 0 && m.tflops > 0) {
+    const double floor = others_median * (1 - outlier);
+    const double below = 100 * (1 - m.tflops / others_median);
     out.push_back({m.tflops < floor ? "FAIL" : "PASS", group, who, "sustained rate", m.tflops,
                    floor, "TFLOP/s",
                    fmt::format("{:.1f} TFLOP/s, {:+.1f}% against the other GPUs' median {:.1f} "
                                "(allowed -{:.0f}%)",
-                               m.tflops, -below, node_median, outlier * 100)});
+                               m.tflops, -below, others_median, outlier * 100)});
   }
 }
 
