@@ -64,6 +64,11 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+__device__ __forceinline__ void compare_record(CompareTally* tally, std::size_t j) {
+  const unsigned slot = atomicAdd(&tally->recorded, 1u);
+  if (slot < kCompareRecorded) tally->at[slot] = j;
+}
+
 template <class E>
 __global__ void __launch_bounds__(kBlock)
     compare_kernel(const E* out, const E* golden, std::size_t count, CompareTally* tally) {
@@ -82,12 +87,14 @@ __global__ void __launch_bounds__(kBlock)
       if (out[j] != golden[j]) {
         ++bad;
         first = first < j ? first : j;
+        compare_record(tally, j);
       }
   }
   for (std::size_t j = vectors * kPer + tid; j < count; j += stride)
     if (out[j] != golden[j]) {
       ++bad;
       first = first < j ? first : j;
+      compare_record(tally, j);
     }
   if (first != ~0ull) atomicMin(&tally->first, first);
   bad = block_sum(bad, warp_sums);
@@ -97,6 +104,7 @@ __global__ void __launch_bounds__(kBlock)
 __global__ void compare_reset_kernel(CompareTally* tally) {
   tally->mismatched = 0;
   tally->first = ~0ull;
+  tally->recorded = 0;
 }
 
 __global__ void __launch_bounds__(kBlock)

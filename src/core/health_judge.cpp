@@ -185,9 +185,10 @@ void xid_checks(const HealthEvidence& e, std::vector<Check>& out) {
     out.push_back({"PASS", "Health", "node", "XID events", 0, kNaN, "", "none " + e.during});
 }
 
-// Throttling the monitors saw: hardware slowdowns FAIL, software thermal WARNs; the software
-// power cap is how a GPU runs at full load, and passes.
-void throttle_checks(const std::map<int, std::set<std::string>>& seen, std::vector<Check>& out) {
+// Throttling the monitors saw: hardware slowdowns FAIL, software thermal WARNs (FAILs with
+// `thermal_fails`); the software power cap is how a GPU runs at full load, and passes.
+void throttle_checks(const std::map<int, std::set<std::string>>& seen, bool thermal_fails,
+                     std::vector<Check>& out) {
   for (const auto& [gpu, names] : seen) {
     const char* level = "PASS";
     std::string list;
@@ -196,7 +197,7 @@ void throttle_checks(const std::map<int, std::set<std::string>>& seen, std::vect
           n == "display_clock_setting")
         continue;
       list += (list.empty() ? "" : ", ") + n;
-      if (n.rfind("hw_", 0) == 0)
+      if (n.rfind("hw_", 0) == 0 || (n == "sw_thermal_slowdown" && thermal_fails))
         level = "FAIL";
       else if (n == "sw_thermal_slowdown" && std::string(level) == "PASS")
         level = "WARN";
@@ -225,8 +226,20 @@ std::vector<Check> judge_health(const HealthEvidence& e) {
     }
   }
   xid_checks(e, out);
-  throttle_checks(e.throttles, out);
+  throttle_checks(e.throttles, e.thermal_fails, out);
   return out;
+}
+
+HealthEvidence HealthEvidence::of(const std::optional<HealthSnapshot>& before,
+                                  const std::optional<HealthSnapshot>& after,
+                                  std::vector<XidWatcher::Event> xids,
+                                  std::string xid_unavailable) {
+  HealthEvidence h;
+  h.before = before ? &*before : nullptr;
+  h.after = after ? &*after : nullptr;
+  h.xids = std::move(xids);
+  h.xid_unavailable = std::move(xid_unavailable);
+  return h;
 }
 
 void write_health_evidence(const HealthEvidence& e, nlohmann::ordered_json& extra) {

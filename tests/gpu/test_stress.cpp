@@ -116,7 +116,11 @@ TEST(Stress, FlippedGemmBitMakesThatGpuFaulty) {
   f.gemm_gpu = bad;
   const StressRun r = run_with(gpus, f);
   EXPECT_EQ(gemm_of(r, bad).mismatched, 1u);
-  EXPECT_GE(gemm_of(r, bad).first_mismatch, 0);
+  // The flipped element: a third of the way into the output, as the test hook places it.
+  const std::int64_t at = 8192ll * 8192 / 3;
+  EXPECT_EQ(gemm_of(r, bad).first_mismatch, at);
+  ASSERT_EQ(gemm_of(r, bad).mismatch_at.size(), 1u);
+  EXPECT_EQ(gemm_of(r, bad).mismatch_at[0], std::make_pair(at % 8192, at / 8192));
   expect_one_failure(r, "GPU " + std::to_string(bad), "GEMM bf16");
   ASSERT_EQ(r.faulty.count(bad), 1u);
   for (int g : gpus)

@@ -181,10 +181,12 @@ TEST(StressJudge, GemmMismatchMakesOneGpuFaulty) {
   Outcome o = clean(4);
   o.gpus[2].gemm[0].mismatched = 3;
   o.gpus[2].gemm[0].first_mismatch = 12345;
+  o.gpus[2].gemm[0].mismatch_at = {{12345 % 8192, 12345 / 8192}};
   EXPECT_EQ(faulty_set(o), std::set<int>{2});
   const Report r = stress_report(o);
   EXPECT_EQ(r.verdict->level, "FAIL");
-  EXPECT_NE(r.verdict->line.find("GPU 2 FAULTY (GEMM bf16 outputs: 3 elements differed"),
+  EXPECT_NE(r.verdict->line.find("GPU 2 FAULTY (GEMM bf16 outputs: 3 elements differed over 400 "
+                                 "outputs (first seen at row 4153, column 1)"),
             std::string::npos)
       << r.verdict->line;
   EXPECT_EQ(r.find_headline("gemm_mismatches")->value, 3);

@@ -99,13 +99,21 @@ struct HealthEvidence {
   std::string xid_unavailable;  // why XID events were not watched ("" when they were)
   std::map<int, std::set<std::string>> throttles;
   std::string during = "during the battery";  // how reasons name the span between snapshots
+  // A software thermal slowdown FAILs (a burn-in: cooling that cannot hold a GPU at full load)
+  // instead of WARNing (a short battery).
+  bool thermal_fails = false;
+
+  // Evidence over `before` and `after` (either may be empty) and the XID events between.
+  static HealthEvidence of(const std::optional<HealthSnapshot>& before,
+                           const std::optional<HealthSnapshot>& after,
+                           std::vector<XidWatcher::Event> xids, std::string xid_unavailable);
 };
 
 // Every health check of the evidence: memory errors and their repair (ECC, retired pages,
 // remapped rows), PCIe replays and width, temperature, other processes, persistence and MIG,
 // NVLink state and error counters (their deltas), XID events (FAIL), and the slowdowns seen (a
-// hardware slowdown FAILs, software thermal WARNs, the software power cap passes). A counter the
-// driver does not expose is N/A.
+// hardware slowdown FAILs, software thermal WARNs or FAILs, the software power cap passes). A
+// counter the driver does not expose is N/A.
 std::vector<Check> judge_health(const HealthEvidence& evidence);
 // Writes the snapshots and XID events of `evidence` into a report's `extra` (health_before,
 // health_after, xid_events, xid_unavailable), where `check --from` reads them back.

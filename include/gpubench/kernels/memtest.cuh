@@ -83,9 +83,12 @@ void launch_memtest_check(std::uint64_t* buf, std::size_t words, MemPattern p, s
                           MemtestTally* tally, cudaStream_t stream);
 
 // Bit-for-bit comparison of `count` elements of `element_bytes` (1, 2, 4 or 8) bytes.
+inline constexpr unsigned kCompareRecorded = 8;
 struct CompareTally {
   unsigned long long mismatched;  // elements that differ
   unsigned long long first;       // lowest index of one that differs (~0ull when none)
+  unsigned int recorded;          // entries of `at` filled: min(this, kCompareRecorded)
+  unsigned long long at[kCompareRecorded];  // indices of elements that differ, first come
 };
 // Zeroes `tally` and sets `first` to ~0ull, on `stream`.
 void launch_compare_reset(CompareTally* tally, cudaStream_t stream);

@@ -137,12 +137,7 @@ std::map<int, std::set<std::string>> throttles_seen(const std::vector<Report>& r
 }  // namespace
 
 HealthEvidence health_of(const Evidence& e) {
-  return {e.before ? &*e.before : nullptr,
-          e.after ? &*e.after : nullptr,
-          e.xids,
-          e.xid_unavailable,
-          {},
-          "during the battery"};
+  return HealthEvidence::of(e.before, e.after, e.xids, e.xid_unavailable);
 }
 
 std::vector<Check> judge(const Evidence& evidence, const Expectations& expect,

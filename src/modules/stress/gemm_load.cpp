@@ -210,6 +210,11 @@ void GemmLoad::Impl::batch(DtypeState& s, Progress& progress) {
   s.out.mismatched += got.mismatched;
   if (got.mismatched > 0 && s.out.first_mismatch < 0)
     s.out.first_mismatch = static_cast<std::int64_t>(got.first);
+  for (unsigned i = 0; i < std::min(got.recorded, kCompareRecorded); ++i)
+    if (s.out.mismatch_at.size() < kCompareRecorded) {
+      const auto at = static_cast<std::int64_t>(got.at[i]);
+      s.out.mismatch_at.emplace_back(at % kSide, at / kSide);
+    }
   s.batch_tflops.push_back(flops / seconds / 1e12);
   Progress::Totals t;
   t.flops = flops;

@@ -120,7 +120,8 @@ nlohmann::ordered_json details_json(const GpuOutcome& g) {
   for (const GemmOutcome& m : g.gemm)
     gemm.push_back({{"dtype", to_string(m.dtype)},
                     {"golden_hash", fmt::format("{:016x}", m.golden_hash)},
-                    {"first_mismatch", m.first_mismatch}});
+                    {"first_mismatch", m.first_mismatch},
+                    {"mismatch_at", m.mismatch_at}});
   j["gemm"] = gemm;
   if (g.memory) {
     nlohmann::ordered_json wrong = nlohmann::ordered_json::array();
@@ -204,13 +205,7 @@ Report stress_report(const Outcome& o) {
   series_sweeps(o, r);
   r.verdict = std::move(v);
   r.extra["settings"] = o.settings.to_json();
-  HealthEvidence health{o.before ? &*o.before : nullptr,
-                        o.after ? &*o.after : nullptr,
-                        o.xids,
-                        o.xid_unavailable,
-                        {},
-                        "during the run"};
-  write_health_evidence(health, r.extra);
+  write_health_evidence(health_of(o), r.extra);
   nlohmann::ordered_json details = nlohmann::ordered_json::array();
   for (const GpuOutcome& g : o.gpus) details.push_back(details_json(g));
   r.extra["gpus"] = details;

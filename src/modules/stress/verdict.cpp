@@ -40,9 +40,13 @@ void gemm_checks(const GpuOutcome& g, const GemmOutcome& m, double others_median
     out.push_back({"PASS", group, who, "outputs", 0, kNaN, "",
                    fmt::format("{} outputs bit for bit the first", m.iterations)});
   } else {
+    const std::string where =
+        m.mismatch_at.empty()
+            ? fmt::format("element {}", m.first_mismatch)
+            : fmt::format("row {}, column {}", m.mismatch_at[0].first, m.mismatch_at[0].second);
     out.push_back({"FAIL", group, who, "outputs", static_cast<double>(m.mismatched), 0, "",
-                   fmt::format("{} elements differed over {} outputs (first at element {})",
-                               m.mismatched, m.iterations, m.first_mismatch)});
+                   fmt::format("{} elements differed over {} outputs (first seen at {})",
+                               m.mismatched, m.iterations, where)});
   }
   if (std::isfinite(others_median) && others_median > 0 && m.tflops > 0) {
     const double floor = others_median * (1 - outlier);
@@ -90,6 +94,13 @@ void link_checks(const LinkOutcome& l, std::vector<Check>& out) {
 
 }  // namespace
 
+HealthEvidence health_of(const Outcome& o) {
+  HealthEvidence h = HealthEvidence::of(o.before, o.after, o.xids, o.xid_unavailable);
+  h.during = "during the run";
+  h.thermal_fails = true;
+  return h;
+}
+
 void compare_first_outputs(Outcome& o) {
   std::map<std::string, std::map<std::uint64_t, int>> votes;
   const auto key = [](const GemmOutcome& m) { return std::string(to_string(m.dtype)) + m.algo; };
@@ -127,12 +138,7 @@ std::vector<Check> judge(const Outcome& o) {
     if (g.memory) memory_checks(g, *g.memory, out);
   }
   for (const LinkOutcome& l : o.links) link_checks(l, out);
-  HealthEvidence health{o.before ? &*o.before : nullptr,
-                        o.after ? &*o.after : nullptr,
-                        o.xids,
-                        o.xid_unavailable,
-                        {},
-                        "during the run"};
+  HealthEvidence health = health_of(o);
   for (const GpuOutcome& g : o.gpus) health.throttles[g.gpu] = g.throttles;
   for (Check& c : judge_health(health)) out.push_back(std::move(c));
   return out;

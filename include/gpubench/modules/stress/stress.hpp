@@ -62,6 +62,8 @@ struct GemmOutcome {
   std::uint64_t iterations = 0;      // outputs compared with the first
   std::uint64_t mismatched = 0;      // elements that differed, over all of them
   std::int64_t first_mismatch = -1;  // element index (i + j*M) of the first seen
+  // (row, column) of the first few elements that differed, as the comparisons found them.
+  std::vector<std::pair<std::int64_t, std::int64_t>> mismatch_at;
   std::uint64_t golden_hash = 0;     // of the first output, compared across GPUs
   std::optional<bool> agrees;        // with the other GPUs' first output (nullopt: alone)
   double tflops = 0;                 // median over batches of GEMMs (GEMM time only)
@@ -120,6 +122,9 @@ struct Outcome {
 
 // ---- Judging and the report (host logic) ----
 
+// The health part of the outcome: its snapshots and XID events, judged over "the run", a
+// software thermal slowdown failing (a burn-in holds full load; no throttling filled in).
+HealthEvidence health_of(const Outcome& o);
 // Sets each GEMM outcome's `agrees`: its first output's hash against those of the other GPUs
 // that ran the same dtype and algorithm (one model's). A GPU that differs from the majority
 // disagrees; with two that differ, both do (neither can be told right); alone, nothing is set.
