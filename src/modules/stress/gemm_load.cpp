@@ -62,6 +62,8 @@ struct GemmLoad::Impl {
         start(g),
         stop(g) {}
 
+  static_assert(sizeof(CompareTally) <= 128 && sizeof(GemmCheckTally) <= 128,
+                "the two tallies share one 256-byte buffer");
   CompareTally* compare_tally() const { return tallies.as<CompareTally>(); }
   GemmCheckTally* check_tally() const {
     return reinterpret_cast<GemmCheckTally*>(tallies.as<char>() + 128);
