@@ -48,12 +48,6 @@ std::size_t terminal_width() {
   return 100;
 }
 
-std::string clock_text(double seconds) {
-  const auto s = static_cast<long>(seconds + 0.5);
-  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
-  return fmt::format("{}:{:02}", s / 60, s % 60);
-}
-
 // With the state locked: draw `lines` (each cut to the terminal's width) over what is shown;
 // the cursor stays at the end of the last one.
 void draw(State& s, const std::vector<std::string>& lines) {
@@ -102,6 +96,12 @@ class StatusAwareSink final : public spdlog::sinks::sink {
 };
 
 }  // namespace
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<long>(std::max(0.0, seconds) + 0.5);
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
+  return fmt::format("{}:{:02}", s / 60, s % 60);
+}
 
 std::string describe(std::size_t current, std::size_t total, double elapsed_s) {
   if (total == 0) return fmt::format("{}, {}", current, clock_text(elapsed_s));

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/kernels/memtest.cuh"
 #include "gpubench/modules/stress/stress.hpp"
 
@@ -86,10 +87,11 @@ TEST(StressDuration, RefusesWhatIsNotOne) {
 }
 
 TEST(StressDuration, ClockText) {
-  EXPECT_EQ(clock_text(0), "0:00");
-  EXPECT_EQ(clock_text(42.4), "0:42");
-  EXPECT_EQ(clock_text(900), "15:00");
-  EXPECT_EQ(clock_text(3900), "1:05:00");
+  EXPECT_EQ(progress::clock_text(0), "0:00");
+  EXPECT_EQ(progress::clock_text(-3), "0:00");
+  EXPECT_EQ(progress::clock_text(42.4), "0:42");
+  EXPECT_EQ(progress::clock_text(900), "15:00");
+  EXPECT_EQ(progress::clock_text(3900), "1:05:00");
 }
 
 TEST(StressSettings, DefaultsQuickAndWorkloads) {

@@ -31,6 +31,8 @@ bool board(const std::vector<std::string>& lines);
 // Clears the status line (before text written to stderr without the log, e.g. a fatal error).
 void clear_line();
 
+// "1:05:00" / "15:00" / "0:42": seconds as a clock (negative as 0:00); pure.
+std::string clock_text(double seconds);
 // "12/96, 0:41, about 2:10 left" for case 12 of 96 with 11 done (no estimate before a case is
 // done); pure.
 std::string describe(std::size_t current, std::size_t total, double elapsed_s);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gpubench/core/monitor.hpp"
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/stress/stress.hpp"
 
@@ -190,7 +191,8 @@ Report stress_report(const Outcome& o) {
       std::count_if(checks.begin(), checks.end(), [](const Check& c) { return c.level == "N/A"; });
   const std::string counts =
       fmt::format("{} checks{}", v.judged, na ? fmt::format(", {} not available", na) : "");
-  const std::string span = clock_text(o.elapsed_s) + (o.interrupted ? ", stopped early" : "");
+  const std::string span =
+      progress::clock_text(o.elapsed_s) + (o.interrupted ? ", stopped early" : "");
   if (faulty.empty()) {
     v.line = fmt::format("stress {}: {} GPU{} OK over {} ({})", v.level, o.gpus.size(),
                          o.gpus.size() == 1 ? "" : "s", span, counts);

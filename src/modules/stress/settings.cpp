@@ -66,12 +66,6 @@ double parse_duration(const std::string& text) {
   return total;
 }
 
-std::string clock_text(double seconds) {
-  const auto s = static_cast<long>(std::max(0.0, seconds) + 0.5);
-  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
-  return fmt::format("{}:{:02}", s / 60, s % 60);
-}
-
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.quick = quick;

@@ -43,12 +43,11 @@ class StressModule final : public ResolvingModule<stress::Options, stress::Setti
   Report run(Context& ctx) override {
     const stress::Settings s = stress::resolve_settings(opts_, ctx.quick());
     effective_ = s;
-    progress::begin(name());
     const stress::Outcome o = stress::run(ctx, s);
     Report r = stress::stress_report(o);
     if (o.interrupted)
-      r.warn("stopped early by a signal: the run covers " + stress::clock_text(o.elapsed_s) +
-             " of " + stress::clock_text(s.duration_s));
+      r.warn("stopped early by a signal: the run covers " + progress::clock_text(o.elapsed_s) +
+             " of " + progress::clock_text(s.duration_s));
     return r;
   }
 

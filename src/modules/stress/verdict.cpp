@@ -7,6 +7,7 @@
 #include <limits>
 #include <regex>
 
+#include "gpubench/core/progress.hpp"
 #include "gpubench/core/stats.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/stress/stress.hpp"
@@ -165,7 +166,8 @@ std::map<int, std::vector<std::string>> faulty_gpus(const std::vector<Check>& ch
 }
 
 std::string live_line(int gpu, const Sample& s, double duration_s) {
-  std::string line = fmt::format("GPU {}  {} / {}", gpu, clock_text(s.t), clock_text(duration_s));
+  std::string line = fmt::format("GPU {}  {} / {}", gpu, progress::clock_text(s.t),
+                                 progress::clock_text(duration_s));
   if (std::isfinite(s.tflops)) line += fmt::format("  {:.1f} TFLOP/s", s.tflops);
   if (std::isfinite(s.memory_GBps)) line += fmt::format("  mem {:.0f} GB/s", s.memory_GBps);
   if (std::isfinite(s.link_GBps)) line += fmt::format("  links {:.1f} GB/s", s.link_GBps);

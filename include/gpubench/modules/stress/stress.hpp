@@ -44,8 +44,6 @@ struct Settings {
 // "15m", "90s", "1h", "1h30m", "600" (seconds) -> seconds; InputError with one line for anything
 // else, zero, or more than a week.
 double parse_duration(const std::string& text);
-// "1:05:00" / "15:00" / "0:42": a duration as a clock.
-std::string clock_text(double seconds);
 // InputError with one line on a bad duration, workload, dtype or share. Without --duration the
 // run lasts 15 minutes, 60 s with --quick.
 Settings resolve_settings(const Options& o, bool quick);
