@@ -7,6 +7,7 @@
 #include <set>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/nvml.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/kernels/memtest.cuh"
 #include "gpubench/modules/stress/stress.hpp"
@@ -295,8 +296,8 @@ TEST(StressJudge, NothingFinishedWarnsAndANodeFailureNamesEveryGpu) {
 
 TEST(StressJudge, HardwareSlowdownFails) {
   Outcome o = clean(2);
-  o.gpus[1].throttles = {"sw_power_cap", "hw_slowdown"};
-  o.gpus[0].throttles = {"sw_power_cap"};
+  o.gpus[1].series[0].reasons = nvml::kReasonSwPowerCap | nvml::kReasonHwSlowdown;
+  o.gpus[0].series[0].reasons = nvml::kReasonSwPowerCap;
   EXPECT_EQ(faulty_set(o), std::set<int>{1});
 }
 

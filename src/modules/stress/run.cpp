@@ -108,7 +108,6 @@ void sample_until_done(const std::vector<int>& gpus, std::deque<Progress>& progr
       const Progress::Totals now = progress[i].totals();
       Sample s = sample_of(gpus[i], t, now, last[i]);
       last[i] = now;
-      for (const std::string& n : throttle_reason_names(s.reasons)) o.gpus[i].throttles.insert(n);
       lines.push_back(live_line(gpus[i], s, duration_s));
       o.gpus[i].series.push_back(std::move(s));
     }
@@ -142,7 +141,7 @@ Outcome run(Context& ctx, const Settings& s, const Faults& f) {
   Outcome o;
   o.settings = s;
   const std::vector<int>& gpus = ctx.gpus();
-  for (int g : gpus) o.gpus.push_back(GpuOutcome{g, {}, {}, {}, {}, {}});
+  for (int g : gpus) o.gpus.push_back(GpuOutcome{g, {}, {}, {}, {}});
   o.before = read_health(ctx.system(), gpus);
   std::vector<GpuLoads> loads(gpus.size());
   spdlog::info("stress: setting up {} on {} GPU(s)", s.to_json()["workloads"].dump(), gpus.size());

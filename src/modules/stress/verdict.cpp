@@ -6,7 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <regex>
+#include <set>
 
+#include "gpubench/core/monitor.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/stats.hpp"
 #include "gpubench/core/units.hpp"
@@ -140,7 +142,12 @@ std::vector<Check> judge(const Outcome& o) {
   }
   for (const LinkOutcome& l : o.links) link_checks(l, out);
   HealthEvidence health = health_of(o);
-  for (const GpuOutcome& g : o.gpus) health.throttles[g.gpu] = g.throttles;
+  for (const GpuOutcome& g : o.gpus) {  // the clocks-event reasons its samples saw
+    std::uint64_t seen = 0;
+    for (const Sample& s : g.series) seen |= s.reasons;
+    const std::vector<std::string> names = throttle_reason_names(seen);
+    health.throttles[g.gpu] = std::set<std::string>(names.begin(), names.end());
+  }
   for (Check& c : judge_health(health)) out.push_back(std::move(c));
   return out;
 }

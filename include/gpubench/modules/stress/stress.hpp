@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -103,7 +102,6 @@ struct GpuOutcome {
   std::vector<GemmOutcome> gemm;
   std::optional<MemoryOutcome> memory;
   std::vector<Sample> series;
-  std::set<std::string> throttles;  // clocks-event reasons seen (throttle_reason_names)
   std::string error;                // a workload that could not run, why
 };
 
