@@ -210,11 +210,13 @@ TEST(Check, BusyGpuAndHardwareSlowdownAreFlagged) {
   e.after->gpus[2].other_processes = std::vector<unsigned>{4242};
   e.reports[0].monitor = {
       {"gpus", ojson::array({{{"gpu", 1}, {"throttle_reasons", {"hw_slowdown"}}},
-                             {{"gpu", 0}, {"throttle_reasons", {"sw_power_cap"}}}})}};
+                             {{"gpu", 0}, {"throttle_reasons", {"sw_power_cap"}}},
+                             {{"gpu", 3}, {"throttle_reasons", {"sw_thermal_slowdown"}}}})}};
   const Report r = judged(e);
   EXPECT_TRUE(has_check(r, "WARN", "GPU 2", "Other compute processes"));
   EXPECT_TRUE(has_check(r, "FAIL", "GPU 1", "Clock slowdowns"));
   EXPECT_TRUE(has_check(r, "PASS", "GPU 0", "Clock slowdowns"));
+  EXPECT_TRUE(has_check(r, "WARN", "GPU 3", "Clock slowdowns"));  // stress FAILs it
 }
 
 TEST(Check, ReferenceRunEqualWithinNoisePassesARealRegressionFails) {

@@ -301,6 +301,19 @@ TEST(StressJudge, HardwareSlowdownFails) {
   EXPECT_EQ(faulty_set(o), std::set<int>{1});
 }
 
+TEST(StressJudge, ThermalSlowdownFailsABurnIn) {
+  Outcome o = clean(2);
+  o.gpus[1].series[0].reasons = nvml::kReasonSwThermalSlowdown;  // check WARNs it
+  EXPECT_EQ(faulty_set(o), std::set<int>{1});
+  const auto checks = judge(o);
+  const auto it = std::find_if(checks.begin(), checks.end(), [](const Check& c) {
+    return c.subject == "GPU 1" && c.what == "Clock slowdowns";
+  });
+  ASSERT_NE(it, checks.end());
+  EXPECT_EQ(it->level, "FAIL");
+  EXPECT_EQ(it->reason, "sw_thermal_slowdown while measuring");
+}
+
 TEST(StressReport, SeriesBecomeChartsAndLinksRows) {
   Outcome o = clean(2);
   for (GpuOutcome& g : o.gpus) {
