@@ -64,9 +64,8 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
                seqs);
 
   group.run([&](Rank& self) {
-    const int trank = self.rank % l.tp;
-    const int stage = self.rank / l.tp % l.pp;
-    const int replica = self.rank / (l.tp * l.pp);
+    const parallel::Place at = parallel::Place::of(l, self.rank);
+    const int trank = at.trank, stage = at.stage;
     cudaStream_t st = self.stream->get();
     model::EngineOptions eo;
     eo.dtype = dtype;
@@ -111,23 +110,10 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     group.barrier();
     share_reference(group, self.rank, reference, {key}, logit_elems);
 
-    // Communicators: ids made on rank 0 for every tensor group, then every pipeline group;
-    // each rank joins its tensor group's, then its pipeline group's (the same order everywhere).
-    const int tp_groups = l.dp * l.pp, pp_groups = l.dp * l.tp;
-    std::vector<ncclUniqueId> ids(static_cast<std::size_t>(tp_groups + pp_groups));
-    if (self.rank == 0)
-      for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
-    if (l.tp > 1 || l.pp > 1)
-      group.broadcast(self.rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
-    NcclComm tp_comm, pp_comm;
-    if (l.tp > 1)
-      tp_comm = NcclComm(ids[static_cast<std::size_t>(replica * l.pp + stage)], l.tp, trank);
-    if (l.pp > 1)
-      pp_comm =
-          NcclComm(ids[static_cast<std::size_t>(tp_groups + replica * l.tp + trank)], l.pp, stage,
-                   s.nccl_ctas);
+    const parallel::LayoutComms comms(group, self.rank, l, /*ring=*/false, s.nccl_ctas);
+    const ncclComm_t tp_comm = comms.tp.get(), pp_comm = comms.pp.get();
     std::unique_ptr<parallel::NcclCollectives> collectives;
-    if (l.tp > 1) collectives = std::make_unique<parallel::NcclCollectives>(tp_comm.get());
+    if (l.tp > 1) collectives = std::make_unique<parallel::NcclCollectives>(tp_comm);
 
     model::Transformer engine(s.model, eo, self.device);
     if (collectives) engine.set_collectives(collectives.get());
@@ -142,11 +128,10 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     // Microbatch mb through this stage: receive, prefill, send on.
     auto through = [&](int mb, cudaStream_t s2) {
       if (stage > 0)
-        GPB_NCCL_CHECK(
-            ncclRecv(engine.input_hidden(), hidden, type, stage - 1, pp_comm.get(), s2));
+        GPB_NCCL_CHECK(ncclRecv(engine.input_hidden(), hidden, type, stage - 1, pp_comm, s2));
       engine.prefill(stage == 0 ? ids_buf.as<std::int32_t>() + mb * b * n : nullptr, b, n, s2);
       if (stage < l.pp - 1)
-        GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden, type, stage + 1, pp_comm.get(), s2));
+        GPB_NCCL_CHECK(ncclSend(engine.hidden(), hidden, type, stage + 1, pp_comm, s2));
     };
     auto step = [&](cudaStream_t s2) {
       for (int mb = 0; mb < m; ++mb) through(mb, s2);

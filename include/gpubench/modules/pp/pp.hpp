@@ -18,6 +18,7 @@
 #include "gpubench/core/measure.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/parallel/layout.hpp"
 
 namespace gpubench::pp {
 
@@ -177,13 +178,8 @@ Timeline measured_timeline(Schedule s, int p, int m, int v,
 // ---------------------------------------------------------------------------------------------
 // Stages
 
-// Contiguous stages over `layer_s` (one cost per decoder layer) with `first_extra_s` (the
-// embedding) on stage 0 and `last_extra_s` (final norm and LM head) on the last: a split that
-// minimizes the slowest stage (among equal ones, always the same: a linear-partition dynamic
-// program that takes the earliest cut on ties). Returns the number of layers per stage, each at
-// least 1. InputError when p < 1 or p > layers.
-std::vector<int> balance_stages(const std::vector<double>& layer_s, int p, double first_extra_s,
-                                double last_extra_s);
+// balance_stages: the pipeline split of gpubench/parallel/layout.hpp.
+using parallel::balance_stages;
 
 // What the parts of a stage cost for one sequence of seq_len tokens: a decoder layer, the
 // embedding (on the first stage) and the final norm and LM head (on the last). Inference: a
@@ -219,13 +215,9 @@ std::string stage_layers_text(const std::vector<int>& blocks);
 // group.run().
 StageCosts agreed_stage_costs(RankGroup& group, int rank,
                               const std::function<StageCosts()>& measure);
-// Room on every stage's GPU for what it is about to allocate (`need` bytes on this rank, beside
-// kMemoryReserve for NCCL, the driver and fragmentation), decided before anything is allocated
-// so that no stage runs out in the middle while the others wait for it. Every rank calls it
-// inside group.run() and gets the same answer: "" when every stage fits, else why not (the first
-// stage short of memory, what it needs, what is free).
-constexpr std::uint64_t kMemoryReserve = 1ull << 30;
-std::string agreed_memory_check(RankGroup& group, int rank, std::uint64_t need);
+// agreed_memory_check and kMemoryReserve: gpubench/parallel/layout.hpp.
+using parallel::agreed_memory_check;
+using parallel::kMemoryReserve;
 
 // ---------------------------------------------------------------------------------------------
 // A training stage's work (training.cpp): what the GPU runner (train_run.cpp) runs for one
@@ -398,18 +390,9 @@ std::vector<TrainingOutcome> run_training(Context& ctx, const Settings& s, int p
 // ---------------------------------------------------------------------------------------------
 // Parallel layouts
 
-struct Layout {
-  int dp = 1, tp = 1, pp = 1;
-  int gpus() const { return dp * tp * pp; }
-  std::string name() const;  // "dp=4", "tp=2xdp=2", "tp=2xpp=2": non-1 factors, tp, pp, dp order
-  bool operator==(const Layout& o) const { return dp == o.dp && tp == o.tp && pp == o.pp; }
-};
-// "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4" (factors joined by x, layouts by commas) or "all"
-// (every factorization of `gpus` into powers of two of tp, pp and dp that `m` splits evenly:
-// tp dividing heads, KV heads and intermediate, pp <= layers). Each layout's product must be
-// `gpus`. InputError naming --layouts on a malformed item, an unknown or repeated factor, a
-// factor < 1, or a product other than gpus.
-std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model::ModelConfig& m);
+// Layout, every_layout and parse_layouts: gpubench/parallel/layout.hpp.
+using parallel::Layout;
+using parallel::parse_layouts;
 
 // The layouts' inference (layout_run.cpp): s.seq_len-token prompts, prefill, `batch` of them
 // split over dp replicas, each replica's share in microbatches through its pp stages, each
