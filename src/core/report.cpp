@@ -141,6 +141,11 @@ std::string render_markdown(const Report& r) {
   md += "\n";
   if (r.verdict) md += verdict_markdown(*r.verdict);
   if (!r.headline.empty()) md += "## Headline\n\n" + render_pipe(detail::headline_table(r)) + "\n";
+  if (!r.findings.empty()) {
+    md += "## Findings\n\n";
+    for (const auto& f : r.findings) md += "- " + f + "\n";
+    md += "\n";
+  }
   if (!r.warnings.empty()) {
     md += "## Warnings\n\n";
     for (const auto& w : r.warnings) md += "- " + w + "\n";
@@ -179,6 +184,8 @@ std::string render_console(const Report& r) {
   for (const auto& m : r.matrices) out += "\n" + render_aligned(detail::matrix_table(m));
   for (const auto& s : r.sweeps) out += "\n" + render_aligned(detail::sweep_table(s));
   if (!r.headline.empty()) out += "\n" + render_aligned(detail::headline_table(r));
+  if (!r.findings.empty()) out += "\n";
+  for (const auto& f : r.findings) out += f + "\n";
   const std::string mon = monitor_lines(r.monitor, "  ");
   if (!mon.empty()) out += "\nMonitor\n" + mon;
   for (const auto& w : r.warnings) out += "warning: " + w + "\n";

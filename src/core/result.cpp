@@ -242,6 +242,7 @@ ojson to_json(const Report& r) {
     j["attachments"] = names;
   }
   j["warnings"] = r.warnings;
+  if (!r.findings.empty()) j["findings"] = r.findings;
   j["status"] = r.status;
   if (!r.error.empty()) j["error"] = r.error;
   if (r.verdict) j["verdict"] = verdict_json(*r.verdict);
@@ -324,6 +325,7 @@ Report report_from_json(const ojson& j) {
   r.monitor = j.value("monitor", ojson::object());
   r.extra = j.value("extra", ojson::object());
   r.warnings = j.value("warnings", std::vector<std::string>{});
+  r.findings = j.value("findings", std::vector<std::string>{});
   r.status = j.value("status", "ok");
   r.error = j.value("error", "");
   if (j.contains("verdict") && j["verdict"].is_object()) r.verdict = verdict_from(j["verdict"]);

@@ -153,6 +153,20 @@ TEST(Report, ConsoleAligned) {
   EXPECT_NE(c.find("390.1"), std::string::npos);
 }
 
+TEST(Report, FindingsInEveryView) {
+  Report r = sample_report();
+  r.findings = {"Latency: run tp=4.", "Throughput at 32 sequences: run dp=4."};
+  const std::string md = render_markdown(r);
+  const auto at = md.find("## Findings\n\n- Latency: run tp=4.\n- Throughput");
+  ASSERT_NE(at, std::string::npos) << md;
+  EXPECT_LT(md.find("## Headline"), at);  // after the headline, before the tables
+  EXPECT_LT(at, md.find("## HBM fp64"));
+  EXPECT_NE(render_console(r).find("\nThroughput at 32 sequences: run dp=4.\n"), std::string::npos);
+  EXPECT_EQ(report_from_json(to_json(r)).findings, r.findings);
+  // A report without findings keeps the JSON it had.
+  EXPECT_FALSE(to_json(sample_report()).contains("findings"));
+}
+
 TEST(Report, LongSweepsShowEvenlySpacedRowsAndTheLast) {
   Report r;
   r.module = "stress";

@@ -123,6 +123,9 @@ struct Report {
   // Chrome traces, "pp_traces/p4_1f1b_m8.json"); the report lists their names only.
   std::vector<std::pair<std::string, ojson>> attachments;
   std::vector<std::string> warnings;
+  // What the run concluded, a sentence each (advise's advice): the Markdown shows them under
+  // "Findings" after the headline, the console after the tables.
+  std::vector<std::string> findings;
   std::string status = "ok";  // ok | partial | failed
   std::string error;          // why, when failed
   std::optional<Verdict> verdict;
