@@ -14,10 +14,11 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick compare check stress torch_matmul torch_decode babelstream nvbandwidth; h100: tests
-# env bandwidth matmul compare check stress; several GPUs: tests env bandwidth allreduce
-# allreduce_mpi small_latency tp pp compare check stress quick_start nccl_tests nvbandwidth; not by
-# default: sigterm sigterm_mpi hung_rank pp_schedules stress_long stress_gemm stress_live):
+# seqlen_quick compare check stress advise torch_matmul torch_decode babelstream nvbandwidth; h100:
+# tests env bandwidth matmul compare check stress advise; several GPUs: tests env bandwidth
+# allreduce allreduce_mpi small_latency tp pp compare check stress advise advise_70b quick_start
+# nccl_tests nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules stress_long
+# stress_gemm stress_live):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
 #   allreduce_mpi all_reduce 64 MiB..8 GiB, one process per GPU under mpirun
@@ -30,6 +31,7 @@
 #   seqlen_quick  seqlen --quick
 #   compare       bandwidth --quick twice, the second run compared with the first
 #   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
+#   advise        advise (llama-2-7b) beside seqlen's generation; advise_70b llama-2-70b
 #   stress        stress --quick; stress_long 9 minutes; stress_gemm the GEMM load beside matmul
 #                 --sustained; stress_live the live view on a terminal (under script)
 #   pp_schedules  pp training, m = 16: GPipe and 1F1B with NCCL's CTAs, with 4, over copy engines
@@ -51,10 +53,10 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      compare check stress torch_matmul torch_decode babelstream nvbandwidth" ;;
-  h100) defaults="tests env bandwidth matmul compare check stress" ;;
+      compare check stress advise torch_matmul torch_decode babelstream nvbandwidth" ;;
+  h100) defaults="tests env bandwidth matmul compare check stress advise" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
-    compare check stress quick_start nccl_tests nvbandwidth" ;;
+    compare check stress advise advise_70b quick_start nccl_tests nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h100, h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -152,6 +154,15 @@ if has check; then
   kill -KILL "$load"  # a load, not a run: matmul's one-measurement hold outlasts SIGTERM
   wait "$load"
 fi
+
+# advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences), beside seqlen's
+# generation of the same shapes on one GPU (the baseline both run); advise_70b: llama-2-70b,
+# which no one GPU holds (several GPUs only).
+if has advise; then
+  gpb advise 500 advise
+  gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
+fi
+has advise_70b && gpb advise_70b 590 advise --model llama-2-70b
 
 # stress: the burn-in, --quick (60 s); stress_long: 9 minutes (what fits one 10-minute call of
 # the GPU machines); stress_gemm: the GEMM load alone for 60 s, then matmul --sustained 60 on the

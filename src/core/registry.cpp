@@ -18,6 +18,7 @@ ModulePtr make_matmul_module();
 ModulePtr make_seqlen_module();
 ModulePtr make_tp_module();
 ModulePtr make_pp_module();
+ModulePtr make_advise_module();
 ModulePtr make_compare_module();
 ModulePtr make_check_module();
 ModulePtr make_stress_module();
@@ -31,6 +32,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_seqlen_module());
   m.push_back(make_tp_module());
   m.push_back(make_pp_module());
+  m.push_back(make_advise_module());
   m.push_back(make_compare_module());
   m.push_back(make_check_module());
   m.push_back(make_stress_module());

@@ -17,6 +17,7 @@
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/modules/pp/pp.hpp"
+#include "rig.hpp"
 
 using namespace gpubench;
 using namespace gpubench::pp;
@@ -24,25 +25,8 @@ using namespace gpubench::pp;
 namespace {
 
 // What a runner needs on the first g GPUs: their context (quick timing) and a rank per GPU.
-struct Rig {
-  static std::vector<int> first(int g) {
-    std::vector<int> gpus(static_cast<std::size_t>(g));
-    std::iota(gpus.begin(), gpus.end(), 0);
-    return gpus;
-  }
-  static const System& system() {
-    static const System s = System::discover(false);
-    return s;
-  }
-  static CommonOptions quick() {
-    CommonOptions common;
-    common.quick = true;
-    common.min_time = 0.005;
-    return common;
-  }
-  explicit Rig(int g) : gpus(first(g)), ctx(system(), gpus, quick()), group(gpus) {}
-  std::vector<int> gpus;
-  Context ctx;
+struct Rig : gpubench::testing::QuickRig {
+  explicit Rig(int g) : QuickRig(g), group(gpus) {}
   RankGroup group;
 };
 

@@ -1,0 +1,202 @@
+#pragma once
+// `gpubench advise`: which layout of data, tensor and pipeline parallelism to run a model on
+// with these GPUs. Every layout the model splits into and that fits memory is predicted from
+// building blocks measured here (each tensor-parallel shard's prefill and decode steps timed on
+// one GPU without communication, the all-reduces and stage-to-stage sends at the sizes the
+// layouts move), ranked, and the best ones and the one-GPU baseline are run end to end (prefill,
+// then every output token) with the real engine and checked, measured beside predicted.
+//
+// What a layout runs (the prediction and the runs share it): each of the dp replicas serves its
+// own share of the sequences (latency: one sequence each); a replica's sequences go through its
+// pp stages in m microbatches (the largest divisor of its sequences that is at most pp), each
+// stage's layers split over its tp ranks (Megatron, NCCL all-reduces). Prefill runs the prompts'
+// microbatches through the stages one after the other; then every step a microbatch's next
+// tokens go through the stages, and the last stage hands the step's next tokens back to the
+// first on a ring of their own, so a microbatch's step starts only when its previous one ended.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/model/presets.hpp"
+#include "gpubench/model/transformer.hpp"
+#include "gpubench/parallel/layout.hpp"
+
+namespace gpubench::advise {
+
+using parallel::Layout;
+
+// ---------------------------------------------------------------------------------------------
+// Options and settings (settings.cpp)
+
+enum class Workload { Latency, Throughput };
+const char* to_string(Workload w);  // "latency" / "throughput"
+
+// As given on the command line or in the config (long option names = INI keys); empty lists
+// mean "the default for this mode".
+struct Options {
+  std::string model = "llama-2-7b";
+  std::string model_config;     // a HuggingFace config.json instead of a preset
+  std::string workload;         // latency, throughput (default both)
+  std::int64_t prompt = 0;      // prompt tokens a sequence; 0: 1024 (quick 512)
+  std::int64_t output_len = 0;  // tokens generated a sequence; 0: 128 (quick 32)
+  std::string batch_sizes;      // throughput: sequences on the node; default 8,32 (quick 16)
+  double memory = 0;            // GiB a GPU may hold; 0: what each GPU has free
+  int layers = 0;               // > 0: only this many decoder layers
+  std::string dtype = "bf16";
+  int top = 3;           // layouts run besides the one-GPU baseline, per workload and batch
+  double timeout = 600;  // seconds without progress before a stuck run ends
+};
+
+struct Settings {
+  model::ModelConfig model;
+  int layers = 0;  // decoder layers run
+  std::vector<Workload> workloads;
+  std::int64_t prompt = 1024, output_len = 128;
+  std::vector<std::int64_t> batch_sizes;  // throughput's, ascending, unique
+  std::uint64_t memory_bytes = 0;         // 0: each GPU's free memory
+  ActDtype dtype = ActDtype::BF16;
+  int elem_bytes = 2;
+  int top = 3;
+  double timeout_s = 600;
+  std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
+  nlohmann::ordered_json to_json() const;
+};
+
+// Applies the mode's defaults and checks every value; throws InputError("--option: why") with
+// one line: an unknown workload, a prompt < 1 or an output length < 2, either past 1 << 20, batch
+// sizes outside 1..4096, --memory < 0, --top outside 0..16, --timeout <= 0.
+Settings resolve_settings(const Options& o, bool quick);
+
+// ---------------------------------------------------------------------------------------------
+// Plans: what a layout runs for a workload and batch, and what it holds (plan.cpp)
+
+// The parts of one engine step, in seconds: a decoder layer, what the first stage adds (the
+// embedding and the step's fixed cost) and what the last adds (final norm and LM head).
+struct Parts {
+  double layer = 0, embed = 0, head = 0;
+};
+
+struct Plan {
+  Layout layout;
+  Workload workload = Workload::Latency;
+  std::int64_t batch = 1;      // sequences on the node (latency: one per replica)
+  std::int64_t sequences = 1;  // a replica's
+  int m = 1;                   // microbatches a replica's sequences go in
+  std::int64_t micro = 1;      // sequences a microbatch (sequences / m)
+  std::vector<int> stage_layers;
+  std::uint64_t memory_per_gpu = 0;  // the largest rank's engine, plus parallel::kMemoryReserve
+  std::string why_not;               // "": it can run; else why not (batch split, memory)
+};
+
+// The microbatch count m for `sequences` on pp stages: the largest divisor of sequences that is
+// at most pp. InputError when either is < 1.
+int microbatches(std::int64_t sequences, int pp);
+
+// The engine options of one rank of the plan (its stage's layers, its tensor shard): room for a
+// microbatch's prompt and every token generated but the last, for all of the replica's
+// sequences.
+model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int stage, int trank);
+
+// The plan of layout l for a workload and node batch: the replica's sequences (a batch the dp
+// replicas do not split gets why_not), microbatches, stages balanced by `parts` (balance_stages:
+// equal layers, the embedding on the first stage, the head on the last), and the memory of its
+// largest rank (model::engine_memory with the cuBLASLt workspace of compute capability
+// cc_major), against gpu_bytes (why_not when over).
+Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batch,
+               const Parts& parts, int cc_major, std::uint64_t gpu_bytes);
+
+// Balancing parts before anything is measured: a decode step's HBM bytes of a layer, the
+// embedding row and the head (model::model_cost), which is what decode time follows.
+Parts parts_by_bytes(const Settings& s);
+
+// ---------------------------------------------------------------------------------------------
+// Building blocks and the prediction (predict.cpp)
+
+// What was measured here. Compute parts by (tp degree, sequences a step): a prefill of the
+// prompt; a decode step at the first and at the last context of the generation. Collectives by
+// (ranks, bytes): one NCCL all-reduce alone. Transfers by bytes: one stage-to-stage NCCL send
+// and receive.
+struct Blocks {
+  using Key = std::pair<int, std::int64_t>;
+  std::map<Key, Parts> prefill, decode_first, decode_last;
+  std::map<std::pair<int, std::uint64_t>, double> all_reduce_s;
+  std::map<std::uint64_t, double> transfer_s;
+  nlohmann::ordered_json to_json() const;
+};
+
+// What the blocks must hold for a plan: its compute keys, all-reduce sizes and transfer sizes.
+struct Needs {
+  std::vector<Blocks::Key> compute;
+  std::vector<std::pair<int, std::uint64_t>> all_reduces;
+  std::vector<std::uint64_t> transfers;
+};
+Needs needs_of(const Settings& s, const Plan& p);
+// The union of several plans' needs, sorted and unique.
+Needs merge(const std::vector<Needs>& all);
+
+struct Prediction {
+  double ttft_s = 0;        // the replica's whole prompt batch through prefill: its first tokens
+  double tpot_s = 0;        // then one token a sequence every tpot_s
+  double e2e_s = 0;         // ttft + (output_len - 1) x tpot
+  double tokens_per_s = 0;  // generated tokens of the node's batch / e2e
+  // The busiest rank's time over the generation: computing, in tensor-parallel all-reduces,
+  // and waiting (e2e - the two: pipeline bubbles and stage-to-stage transfers).
+  double compute_s = 0, comm_s = 0, wait_s = 0;
+};
+// The plan's generation from the blocks. Per stage k (its layers L_k, the parts of its tp
+// degree and microbatch): prefill F_k = L_k layer + embed (first) + head (last) + 2 L_k
+// all-reduces of micro x prompt x hidden; decode D_k the same at the mean of the first and last
+// contexts, with all-reduces of micro x hidden. Prefill is a flow shop of m identical jobs:
+// TTFT = sum F_k + (pp - 1) X + (m - 1) max(F_k, X). A step of a microbatch goes around the ring
+// (sum D_k + (pp - 1) X_hidden + X_tokens), and every stage serves m microbatches a step:
+// TPOT = max(that, m max D_k). InputError when a block the plan needs is missing.
+Prediction predict(const Settings& s, const Plan& p, const Blocks& b);
+
+// 100 x (predicted - measured) / measured; InputError when measured <= 0.
+double error_pct(double predicted, double measured);
+
+// One sentence on the plan's prediction against the one-GPU baseline's and what its busiest
+// GPU's time goes to ("Predicted 2.61 ms a token and 9.8 ms to the first against 7.90 and 30.1
+// on one GPU; its busiest GPU computes 81% of the time, spends 15% in tensor-parallel
+// all-reduces and 4% waiting on other stages.").
+std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline);
+
+// ---------------------------------------------------------------------------------------------
+// On the GPUs
+
+// The blocks `needs` asks for (calibrate.cpp): compute parts on `device` (engines of 2 and 4
+// layers with and without the head, tp shard 0 of each degree, no communication; prefill eager,
+// decode steps as CUDA graphs), all-reduces on the first t GPUs of `ctx`, transfers between the
+// first two. Compute keys whose engines do not fit are left out (their plans are dropped).
+Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs);
+
+// One generation measured and checked (generate.cpp).
+struct Measured {
+  std::string status = "ok", note;
+  double ttft_s = 0, tpot_s = 0, e2e_s = 0, tokens_per_s = 0;
+  double check_error = 0;  // the last step's logits against the reference, relative L2
+  std::string checked_by;  // what the logits were held against
+  std::uint64_t memory_per_gpu = 0;
+};
+// Reference logits of the last step of microbatch 0, by (micro, prompt, output_len): a prefill
+// of the whole stream (prompt and the fed tokens) on one GPU where the model fits, else the
+// first layout that ran it.
+struct Reference {
+  std::vector<double> logits;
+  std::string source;
+};
+using References = std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, Reference>;
+// Runs plan p on `group` (p.layout.gpus() ranks, threads of one process): every rank's engine,
+// one generation checked (microbatch 0's last logits on replica 0's last stage against the
+// reference), then the generation timed (median of 3, quick 1): TTFT on the last stages, the
+// whole on every rank (the slowest).
+Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
+                        References& refs);
+
+}  // namespace gpubench::advise

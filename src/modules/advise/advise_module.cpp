@@ -1,0 +1,357 @@
+// `gpubench advise`: which layout to run a model on with these GPUs, predicted from building
+// blocks measured here, then the best layouts and the one-GPU baseline run end to end and
+// checked, measured beside predicted.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/progress.hpp"
+#include "gpubench/core/result.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+
+namespace gpubench {
+
+namespace {
+
+using namespace advise;
+
+// One plan's prediction and, when it ran, its measurement.
+struct Candidate {
+  Plan plan;
+  Prediction predicted;
+  std::optional<Measured> measured;
+  bool baseline = false;
+};
+
+// The candidates of one workload and batch, best predicted first (the baseline among them).
+struct Question {
+  Workload workload = Workload::Latency;
+  std::int64_t batch = 1;
+  std::vector<Candidate> candidates;
+  std::vector<std::string> dropped;  // layouts that cannot run, with why
+};
+
+bool better(Workload w, const Prediction& a, const Prediction& b) {
+  return w == Workload::Latency ? a.e2e_s < b.e2e_s : a.tokens_per_s > b.tokens_per_s;
+}
+
+// The smallest free memory of the selected GPUs, or --memory.
+std::uint64_t gpu_bytes(const Settings& s, const std::vector<int>& gpus) {
+  if (s.memory_bytes > 0) return s.memory_bytes;
+  std::uint64_t least = ~0ull;
+  for (int g : gpus) {
+    DeviceGuard guard(g);
+    std::size_t free_b = 0, total_b = 0;
+    GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    least = std::min<std::uint64_t>(least, free_b);
+  }
+  return least;
+}
+
+// Balancing parts of a tp degree: its decode step's at the smallest microbatch measured (what
+// generation's time follows), else bytes.
+Parts balance_parts(const Settings& s, const Blocks& b, int tp) {
+  for (const auto& [key, parts] : b.decode_first)
+    if (key.first == tp && parts.layer > 0) return parts;
+  return parts_by_bytes(s);
+}
+
+class AdviseModule final : public ResolvingModule<Options, Settings> {
+ public:
+  std::string name() const override { return "advise"; }
+  std::string help() const override {
+    return "Which parallel layout to run a model on here: predicted, then run and checked";
+  }
+  std::vector<std::string> examples() const override {
+    return {"gpubench advise --model llama-2-7b",
+            "gpubench advise --model llama-2-70b --workload throughput --batch-sizes 8,32",
+            "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2"};
+  }
+  // Not part of `all` yet: it runs every layout's generation and takes minutes.
+  bool runs_in_all() const override { return false; }
+
+  void add_options(CLI::App& app) override {
+    opts_ = Options{};
+    effective_.reset();
+    app.add_option("--model", opts_.model, "Model preset (default llama-2-7b)");
+    app.add_option("--model-config", opts_.model_config,
+                   "A HuggingFace config.json instead of a preset");
+    app.add_option("--workload", opts_.workload,
+                   "latency (one sequence a replica: time to first token and per token), "
+                   "throughput (tokens/s at --batch-sizes) or all (default)");
+    app.add_option("--prompt", opts_.prompt, "Prompt tokens a sequence (default 1024; quick 512)");
+    app.add_option("--output-len", opts_.output_len,
+                   "Tokens generated a sequence (default 128; quick 32)");
+    app.add_option("--batch-sizes", opts_.batch_sizes,
+                   "throughput: sequences on the node (default 8,32; quick 16)");
+    app.add_option("--memory", opts_.memory,
+                   "GiB a GPU may hold (default: what each GPU has free)");
+    app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all)")
+        ->capture_default_str();
+    app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
+        ->capture_default_str();
+    app.add_option("--top", opts_.top,
+                   "Layouts run besides the one-GPU baseline, per workload and batch")
+        ->capture_default_str();
+    app.add_option("--timeout", opts_.timeout,
+                   "Seconds without progress before gpubench ends a stuck run with the report of "
+                   "what finished (exit 1)")
+        ->capture_default_str();
+  }
+
+  Report run(Context& ctx) override {
+    const Settings s = resolve_settings(opts_, ctx.quick());
+    effective_ = s;
+    Report report;
+    report.module = name();
+    report.config = s.to_json();
+    for (const auto& n : s.notes) report.warn(n);
+    const int gpus = static_cast<int>(ctx.gpus().size());
+    std::vector<Question> questions = plan_all(ctx, s, gpus);
+    std::vector<Needs> needs;
+    for (const Question& q : questions)
+      for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
+    progress::next("calibration: compute, all-reduces, transfers");
+    const Blocks blocks = calibrate(ctx, s, merge(needs));
+    report.extra["blocks"] = blocks.to_json();
+    predict_all(ctx, s, blocks, questions);
+    verify(ctx, s, questions, report);
+    assemble(s, questions, report);
+    return report;
+  }
+
+ protected:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick);
+  }
+
+ private:
+  // Every layout of the GPUs (and one GPU alone) for every workload and batch, planned with
+  // balancing by bytes; those that cannot run are dropped with why.
+  std::vector<Question> plan_all(Context& ctx, const Settings& s, int gpus) {
+    std::vector<Layout> layouts = parallel::every_layout(gpus, s.model);
+    if (gpus > 1) layouts.insert(layouts.begin(), Layout{});
+    const int cc = compute_capability_major(ctx.gpus().front());
+    const std::uint64_t bytes = gpu_bytes(s, ctx.gpus());
+    std::vector<Question> out;
+    for (Workload w : s.workloads)
+      for (std::int64_t batch :
+           w == Workload::Latency ? std::vector<std::int64_t>{1} : s.batch_sizes) {
+        Question q;
+        q.workload = w;
+        q.batch = batch;
+        for (const Layout& l : layouts) {
+          Candidate c;
+          c.plan = make_plan(s, l, w, batch, parts_by_bytes(s), cc, bytes);
+          c.baseline = l.gpus() == 1;
+          if (c.plan.why_not.empty())
+            q.candidates.push_back(c);
+          else
+            q.dropped.push_back(fmt::format("{}: {}", l.name(), c.plan.why_not));
+        }
+        out.push_back(q);
+      }
+    return out;
+  }
+
+  // Plans again with the measured parts, predicted and ranked; candidates whose blocks could
+  // not be measured are dropped.
+  void predict_all(Context& ctx, const Settings& s, const Blocks& blocks,
+                   std::vector<Question>& questions) {
+    const int cc = compute_capability_major(ctx.gpus().front());
+    const std::uint64_t bytes = gpu_bytes(s, ctx.gpus());
+    for (Question& q : questions) {
+      std::vector<Candidate> kept;
+      for (Candidate& c : q.candidates) {
+        const Plan p = make_plan(s, c.plan.layout, q.workload, q.batch,
+                                 balance_parts(s, blocks, c.plan.layout.tp), cc, bytes);
+        try {
+          if (!p.why_not.empty()) throw InputError(p.why_not);
+          c.plan = p;
+          c.predicted = predict(s, c.plan, blocks);
+          kept.push_back(c);
+        } catch (const InputError& e) {
+          q.dropped.push_back(fmt::format("{}: {}", c.plan.layout.name(), e.what()));
+        }
+      }
+      std::stable_sort(kept.begin(), kept.end(), [&](const Candidate& a, const Candidate& b) {
+        return better(q.workload, a.predicted, b.predicted);
+      });
+      q.candidates = kept;
+    }
+  }
+
+  // The best --top of each question and its baseline, run end to end on their GPUs.
+  void verify(Context& ctx, const Settings& s, std::vector<Question>& questions, Report& report) {
+    std::size_t runs = 0;
+    for (const Question& q : questions)
+      runs += std::min<std::size_t>(q.candidates.size(), s.top + 1);
+    progress::expect(runs + 1);
+    References refs;
+    for (Question& q : questions) {
+      int shown = 0;
+      for (Candidate& c : q.candidates) {
+        if (Context::interrupted()) return;
+        if (!c.baseline && shown >= s.top) continue;
+        if (!c.baseline) ++shown;
+        progress::next(
+            fmt::format("{}, batch {}: {}", to_string(q.workload), q.batch, c.plan.layout.name()));
+        auto watchdog = ctx.watchdog("advise", s.timeout_s);
+        if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
+          c.measured = run_generation(ctx, s, c.plan, *group, refs);
+        ctx.publish(report);
+      }
+      confirm_across_layouts(q);
+    }
+  }
+
+  // A layout that ran with no reference (the model does not fit one GPU) is confirmed by a
+  // later layout checked against it.
+  static void confirm_across_layouts(Question& q) {
+    for (Candidate& c : q.candidates) {
+      if (!c.measured || c.measured->status != "unchecked") continue;
+      for (const Candidate& o : q.candidates)
+        if (o.measured && o.measured->status == "ok" && o.plan.micro == c.plan.micro &&
+            o.measured->checked_by == fmt::format("layout {}", c.plan.layout.name())) {
+          c.measured->status = "ok";
+          c.measured->checked_by = fmt::format("layout {}", o.plan.layout.name());
+          c.measured->note = fmt::format("agrees with {} (relative error {:.3g})",
+                                         o.plan.layout.name(), o.measured->check_error);
+          break;
+        }
+    }
+  }
+
+  void assemble(const Settings& s, const std::vector<Question>& questions, Report& report) {
+    std::vector<double> errors;
+    auto advice = nlohmann::ordered_json::array();
+    for (const Question& q : questions) {
+      const std::string group =
+          q.workload == Workload::Latency
+              ? fmt::format("Latency: {}, {}-token prompt, {} generated", s.model.name, s.prompt,
+                            s.output_len)
+              : fmt::format("Throughput: {}, {} sequences, {}-token prompts, {} generated",
+                            s.model.name, q.batch, s.prompt, s.output_len);
+      const Candidate* best = nullptr;
+      const Candidate* base = nullptr;
+      for (const Candidate& c : q.candidates) {
+        if (c.baseline) base = &c;
+        if (c.measured && c.measured->status == "ok" &&
+            (!best || better(q.workload, measured_as_prediction(*c.measured),
+                             measured_as_prediction(*best->measured))))
+          best = &c;
+      }
+      for (const Candidate& c : q.candidates) add_row(report, group, q, c, errors, best == &c);
+      for (const std::string& d : q.dropped) report.warn(fmt::format("{}: {}", group, d));
+      if (best) headline(report, q, *best, base, advice);
+    }
+    if (!errors.empty()) {
+      double sum = 0, worst = 0;
+      for (double e : errors) {
+        sum += std::fabs(e);
+        worst = std::max(worst, std::fabs(e));
+      }
+      report.set_headline("prediction_mean_abs_error_pct", sum / errors.size(), "%");
+      report.set_headline("prediction_max_abs_error_pct", worst, "%");
+    }
+    report.extra["advice"] = advice;
+  }
+
+  static Prediction measured_as_prediction(const Measured& m) {
+    Prediction p;
+    p.ttft_s = m.ttft_s;
+    p.tpot_s = m.tpot_s;
+    p.e2e_s = m.e2e_s;
+    p.tokens_per_s = m.tokens_per_s;
+    return p;
+  }
+
+  static void add_row(Report& report, const std::string& group, const Question& q,
+                      const Candidate& c, std::vector<double>& errors, bool best) {
+    CaseResult r;
+    r.group = group;
+    r.name = c.plan.layout.name() + (c.baseline ? " (one GPU)" : "");
+    r.params = {{"workload", to_string(q.workload)},
+                {"batch", c.plan.batch},
+                {"dp", c.plan.layout.dp},
+                {"tp", c.plan.layout.tp},
+                {"pp", c.plan.layout.pp},
+                {"microbatches", c.plan.m},
+                {"stage_layers", c.plan.stage_layers}};
+    const Prediction& p = c.predicted;
+    r.metric("pred_ttft_ms", p.ttft_s * 1e3, "ms");
+    r.metric("pred_tpot_ms", p.tpot_s * 1e3, "ms");
+    r.metric("pred_tokens_per_s", p.tokens_per_s, "tokens/s");
+    r.metric("memory_GiB", static_cast<double>(c.plan.memory_per_gpu) / (1ull << 30), "GiB");
+    if (!c.measured) {
+      r.status = "unchecked";
+      r.note = "predicted only: not among the layouts run";
+      report.add(r);
+      return;
+    }
+    const Measured& m = *c.measured;
+    r.status = m.status;
+    r.note =
+        m.note.empty() && !m.checked_by.empty()
+            ? fmt::format("checked against {} (relative error {:.3g})", m.checked_by, m.check_error)
+            : m.note;
+    if (m.e2e_s > 0) {
+      r.metric("ttft_ms", m.ttft_s * 1e3, "ms");
+      r.metric("tpot_ms", m.tpot_s * 1e3, "ms");
+      r.metric("tokens_per_s", m.tokens_per_s, "tokens/s");
+      const double err = error_pct(p.e2e_s, m.e2e_s);
+      r.metric("error_pct", err, "%");
+      if (m.status == "ok") errors.push_back(err);
+    }
+    if (best) r.note = "best measured; " + r.note;
+    report.add(r);
+  }
+
+  static std::string question_title(const Question& q) {
+    return q.workload == Workload::Latency ? std::string("Latency")
+                                           : fmt::format("Throughput at {} sequences", q.batch);
+  }
+
+  static void headline(Report& report, const Question& q, const Candidate& best,
+                       const Candidate* base, nlohmann::ordered_json& advice) {
+    const Measured& m = *best.measured;
+    const std::string sentence = fmt::format(
+        "{}: run {}. {} Measured: {}, {:+.1f}% off the prediction.", question_title(q),
+        best.plan.layout.gpus() == 1 ? "one GPU" : best.plan.layout.name(),
+        explain(best.plan, best.predicted, base ? base->predicted : best.predicted),
+        q.workload == Workload::Latency ? fmt::format("{:.2f} ms a token, {:.1f} ms to the first",
+                                                      m.tpot_s * 1e3, m.ttft_s * 1e3)
+                                        : fmt::format("{:.0f} tokens/s", m.tokens_per_s),
+        error_pct(best.predicted.e2e_s, m.e2e_s));
+    report.findings.push_back(sentence);
+    if (q.workload == Workload::Latency) {
+      report.set_headline_text("latency_best_layout", best.plan.layout.name());
+      report.set_headline("latency_best_tpot_ms", m.tpot_s * 1e3, "ms");
+      report.set_headline("latency_best_ttft_ms", m.ttft_s * 1e3, "ms");
+    } else {
+      report.set_headline_text(fmt::format("throughput_best_layout_b{}", q.batch),
+                               best.plan.layout.name());
+      report.set_headline(fmt::format("throughput_best_tokens_per_s_b{}", q.batch), m.tokens_per_s,
+                          "tokens/s");
+    }
+    advice.push_back({{"workload", to_string(q.workload)},
+                      {"batch", q.batch},
+                      {"layout", best.plan.layout.name()},
+                      {"why", sentence}});
+  }
+};
+
+}  // namespace
+
+ModulePtr make_advise_module() {
+  return std::make_unique<AdviseModule>();
+}
+
+}  // namespace gpubench

@@ -1,0 +1,176 @@
+// `gpubench advise` on the GPUs: the building blocks its predictions rest on. Compute is timed on
+// one GPU, a tensor-parallel shard without its communication (parallel::SkippedCollectives):
+// what every rank of that degree computes. Collectives and stage-to-stage sends are timed alone
+// on the GPUs that run them.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/nccl.hpp"
+#include "gpubench/model/observe.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+#include "gpubench/parallel/collectives.hpp"
+
+namespace gpubench::advise {
+
+namespace {
+
+// All-reduces back to back in one graph, as a decode step's graph runs them.
+constexpr int kGraphRepeats = 16;
+
+// One engine's step times for every microbatch size of a degree: prefill, and decode steps at
+// the first and the last context of the generation.
+struct StepTimes {
+  double prefill = 0, decode_first = 0, decode_last = 0;
+};
+
+// Layers of the two engines whose difference is a layer's time.
+std::pair<int, int> engine_layers(int model_layers) {
+  const int big = std::min(model_layers, 8);
+  return {std::max(1, big / 4), big};
+}
+
+std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, int t, int layers,
+                                              bool head, const std::vector<std::int64_t>& micros,
+                                              int gpu, cudaStream_t st) {
+  model::EngineOptions eo;
+  eo.dtype = s.dtype;
+  eo.max_batch = static_cast<int>(micros.back());
+  eo.max_tokens = static_cast<int>(s.prompt);
+  eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
+  eo.tp_size = t;
+  eo.layers = layers;
+  eo.head = head;
+  model::Transformer engine(s.model, eo, gpu);
+  parallel::SkippedCollectives none;
+  engine.set_collectives(&none);
+  const MeasureOptions mo = model::engine_step_options(ctx.common());
+  const int n = static_cast<int>(s.prompt);
+  const int last = static_cast<int>(s.prompt + s.output_len - 2);
+  std::map<std::int64_t, StepTimes> out;
+  for (std::int64_t micro : micros) {
+    const int b = static_cast<int>(micro);
+    const std::int32_t* ids = engine.tokens(b, n, 7, st);
+    StepTimes& o = out[micro];
+    o.prefill = ctx.measure(
+                       gpu, st, [&](cudaStream_t s2, int) { engine.prefill(ids, b, n, s2); }, mo)
+                    .median_s();
+    for (auto [context, into] : {std::pair{n, &o.decode_first}, std::pair{last, &o.decode_last}}) {
+      engine.decode(ids, b, context, st);  // plans made outside the capture
+      CudaGraph step;
+      step.capture(st, [&](cudaStream_t s2) { engine.decode(ids, b, context, s2); });
+      *into = ctx.measure(
+                     gpu, st, [&](cudaStream_t s2, int) { step.launch(s2); }, mo)
+                  .median_s();
+    }
+  }
+  return out;
+}
+
+// The parts of degree t from three engines: a layers with the head, b layers with it, a without.
+void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std::int64_t>& micros,
+                   Blocks& blocks) {
+  const int gpu = ctx.gpus().front();
+  DeviceGuard guard(gpu);
+  Stream stream(gpu);
+  const auto [a, b] = engine_layers(s.model.num_layers);
+  std::map<std::int64_t, StepTimes> small, big, headless;
+  try {
+    small = time_engine(ctx, s, t, a, true, micros, gpu, stream.get());
+    big = a == b ? small : time_engine(ctx, s, t, b, true, micros, gpu, stream.get());
+    headless = time_engine(ctx, s, t, a, false, micros, gpu, stream.get());
+  } catch (const OutOfMemoryError& e) {
+    spdlog::warn("advise: tp={} shard engines do not fit one GPU: {}", t, e.what());
+    return;
+  }
+  const auto parts = [&](double StepTimes::*f, std::int64_t micro) {
+    Parts p;
+    const double ta = small.at(micro).*f, tb = big.at(micro).*f, tc = headless.at(micro).*f;
+    p.layer = a == b ? ta / a : std::max(0.0, (tb - ta) / (b - a));
+    p.head = std::max(0.0, ta - tc);
+    p.embed = std::max(0.0, ta - a * p.layer - p.head);
+    return p;
+  };
+  for (std::int64_t micro : micros) {
+    blocks.prefill[{t, micro}] = parts(&StepTimes::prefill, micro);
+    blocks.decode_first[{t, micro}] = parts(&StepTimes::decode_first, micro);
+    blocks.decode_last[{t, micro}] = parts(&StepTimes::decode_last, micro);
+  }
+}
+
+// NCCL on the first `ranks` GPUs: each size's all-reduce (in place, kGraphRepeats in a graph),
+// or (ranks 2, sends) rank 0's send to rank 1.
+std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int ranks,
+                                          const std::vector<std::uint64_t>& sizes, bool sends) {
+  std::map<std::uint64_t, double> out;
+  auto group = leading_ranks(ctx, ranks, "--workload");
+  if (!group) return out;
+  const MeasureOptions mo = model::engine_step_options(ctx.common());
+  const ncclDataType_t type = s.dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+  group->run([&](Rank& self) {
+    ncclUniqueId id{};
+    if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+    group->broadcast(self.rank, &id, sizeof id);
+    NcclComm comm(id, ranks, self.rank);
+    DeviceBuffer buf(self.device, std::max<std::uint64_t>(sizes.back(), 4));
+    GPB_CUDA_CHECK(cudaMemset(buf.get(), 0, std::max<std::uint64_t>(sizes.back(), 4)));
+    cudaStream_t st = self.stream->get();
+    for (std::uint64_t bytes : sizes) {
+      Measurement m;
+      if (sends) {
+        const auto move = [&](cudaStream_t s2, int) {
+          if (self.rank == 0)
+            GPB_NCCL_CHECK(ncclSend(buf.get(), bytes, ncclChar, 1, comm.get(), s2));
+          else
+            GPB_NCCL_CHECK(ncclRecv(buf.get(), bytes, ncclChar, 0, comm.get(), s2));
+        };
+        m = group->measure(self, move, mo);
+      } else {
+        const std::size_t elems = bytes / 2;
+        CudaGraph graph;
+        graph.capture(st, [&](cudaStream_t s2) {
+          for (int i = 0; i < kGraphRepeats; ++i)
+            GPB_NCCL_CHECK(
+                ncclAllReduce(buf.get(), buf.get(), elems, type, ncclSum, comm.get(), s2));
+        });
+        m = group->measure(
+            self, [&](cudaStream_t s2, int) { graph.launch(s2); }, mo);
+      }
+      if (self.rank == 0) out[bytes] = m.median_s() / (sends ? 1 : kGraphRepeats);
+    }
+    group->barrier();
+  });
+  return out;
+}
+
+}  // namespace
+
+Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
+  Blocks blocks;
+  std::map<int, std::vector<std::int64_t>> micros;
+  for (const auto& [t, micro] : needs.compute) micros[t].push_back(micro);
+  for (const auto& [t, list] : micros) {
+    if (Context::interrupted()) return blocks;
+    spdlog::info("advise: compute at tp={} for {} microbatch size(s)", t, list.size());
+    compute_parts(ctx, s, t, list, blocks);
+  }
+  std::map<int, std::vector<std::uint64_t>> reduces;
+  for (const auto& [t, bytes] : needs.all_reduces) reduces[t].push_back(bytes);
+  for (const auto& [t, sizes] : reduces) {
+    if (Context::interrupted()) return blocks;
+    spdlog::info("advise: all-reduces on {} GPUs", t);
+    for (const auto& [bytes, sec] : time_nccl(ctx, s, t, sizes, false))
+      blocks.all_reduce_s[{t, bytes}] = sec;
+  }
+  if (!needs.transfers.empty() && !Context::interrupted()) {
+    spdlog::info("advise: stage-to-stage sends");
+    blocks.transfer_s = time_nccl(ctx, s, 2, needs.transfers, true);
+  }
+  return blocks;
+}
+
+}  // namespace gpubench::advise

@@ -1,0 +1,322 @@
+// `gpubench advise` on the GPUs: one layout's generation, end to end, checked and timed. Every
+// rank holds its stage's layers of its tensor shard; the hidden states go from stage to stage
+// over NCCL (sends on a side stream of their own, so a stage's next receive never waits behind
+// its last send), and the last stage hands each step's next tokens back to the first over the
+// pipeline's ring. Token ids are seeded, not sampled: every step's work and its dependence on
+// the step before are a real generation's, and the result can be held against a reference.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/model/observe.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+#include "gpubench/parallel/collectives.hpp"
+
+namespace gpubench::advise {
+
+namespace {
+
+// The last step's logits against the reference: the paths round differently (GEMM against GEMV
+// accumulation, tensor-parallel sums in another order) and differences grow through the layers;
+// a wrong cache, position or shard gives errors of order 1.
+constexpr double kCheckLimit = 0.1;
+
+// Token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro], seeded.
+struct Tokens {
+  std::vector<std::int32_t> prompts, steps;
+};
+Tokens token_ids(const Settings& s, const Plan& p) {
+  Tokens t;
+  const std::int64_t n = s.prompt, steps = s.output_len - 1, vocab = s.model.vocab_size;
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  const auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
+  };
+  t.prompts.resize(static_cast<std::size_t>(p.m * p.micro * n));
+  for (auto& id : t.prompts) id = next();
+  t.steps.resize(static_cast<std::size_t>(steps * p.m * p.micro));
+  for (auto& id : t.steps) id = next();
+  return t;
+}
+
+// The reference of microbatch 0: a prefill of its whole stream (prompt, then every fed token)
+// on one GPU, whose last logits a generation's last step must give.
+model::EngineOptions whole_options(const Settings& s, std::int64_t micro) {
+  model::EngineOptions eo;
+  eo.dtype = s.dtype;
+  eo.layers = s.layers;
+  eo.max_batch = static_cast<int>(micro);
+  eo.max_tokens = eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
+  return eo;
+}
+
+std::vector<double> whole_stream_logits(const Settings& s, const Plan& p, const Tokens& t,
+                                        int device, cudaStream_t st) {
+  const model::EngineOptions eo = whole_options(s, p.micro);
+  const std::int64_t n = s.prompt, len = eo.max_tokens, steps = s.output_len - 1;
+  std::vector<std::int32_t> stream(static_cast<std::size_t>(p.micro * len));
+  for (std::int64_t q = 0; q < p.micro; ++q) {
+    for (std::int64_t i = 0; i < n; ++i) stream[q * len + i] = t.prompts[q * n + i];
+    for (std::int64_t i = 0; i < steps; ++i)
+      stream[q * len + n + i] = t.steps[i * p.m * p.micro + q];
+  }
+  model::Transformer whole(s.model, eo, device);
+  DeviceBuffer ids(device, stream.size() * sizeof(std::int32_t));
+  GPB_CUDA_CHECK(cudaMemcpyAsync(ids.get(), stream.data(), stream.size() * sizeof(std::int32_t),
+                                 cudaMemcpyHostToDevice, st));
+  whole.prefill(ids.as<std::int32_t>(), static_cast<int>(p.micro), static_cast<int>(len), st);
+  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  return model::to_host_values(whole.logits(),
+                               static_cast<std::size_t>(p.micro) * s.model.vocab_size, s.dtype);
+}
+
+// One rank's part of the generation.
+class RankRun {
+ public:
+  RankRun(const Settings& s, const Plan& p, Rank& self, RankGroup& group, const Tokens& t)
+      : s_(s),
+        p_(p),
+        self_(self),
+        at_(parallel::Place::of(p.layout, self.rank)),
+        first_(at_.stage == 0),
+        last_(at_.stage == p.layout.pp - 1),
+        comms_(group, self.rank, p.layout, /*ring=*/true),
+        engine_(s.model, rank_engine_options(s, p, at_.stage, at_.trank), self.device),
+        side_(self.device),
+        start_(self.device),
+        ttft_(self.device),
+        end_(self.device),
+        hidden_sent_(self.device, false),
+        computed_(self.device, false) {
+    if (p.layout.tp > 1) {
+      collectives_ = std::make_unique<parallel::NcclCollectives>(comms_.tp.get());
+      engine_.set_collectives(collectives_.get());
+    }
+    const auto upload = [&](const std::vector<std::int32_t>& v) {
+      DeviceBuffer b(self.device, std::max<std::size_t>(v.size(), 1) * sizeof(std::int32_t));
+      GPB_CUDA_CHECK(
+          cudaMemcpy(b.get(), v.data(), v.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+      return b;
+    };
+    if (first_) prompts_ = upload(t.prompts);
+    if (first_ || last_) steps_ = upload(t.steps);
+    ring_ids_ = DeviceBuffer(self.device, static_cast<std::size_t>(p.m * p.micro) * 4);
+    GPB_CUDA_CHECK(cudaMemset(ring_ids_.get(), 0, ring_ids_.bytes()));  // valid ids to capture
+    saved_ = DeviceBuffer(self.device, static_cast<std::size_t>(p.micro) * s.model.vocab_size * 2);
+    capture_steps();
+  }
+
+  // One generation; with `save`, microbatch 0's last logits kept (saved()). Returns this
+  // rank's (first tokens, whole) seconds: the first is the last stage's.
+  std::pair<double, double> generate(bool save) {
+    cudaStream_t st = self_.stream->get();
+    start_.record(st);
+    for (int mb = 0; mb < p_.m; ++mb) prefill(mb);
+    ttft_.record(st);
+    for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
+      for (int mb = 0; mb < p_.m; ++mb) decode(i, mb, save);
+    GPB_CUDA_CHECK(cudaEventRecord(computed_, side_.get()));
+    GPB_CUDA_CHECK(cudaStreamWaitEvent(st, computed_, 0));
+    end_.record(st);
+    end_.synchronize();
+    return {last_ ? ttft_.seconds_since(start_) : 0.0, end_.seconds_since(start_)};
+  }
+
+  std::vector<double> saved() const {
+    return model::to_host_values(
+        saved_.get(), static_cast<std::size_t>(p_.micro) * s_.model.vocab_size, s_.dtype);
+  }
+  bool checks() const { return last_ && at_.trank == 0 && at_.replica == 0; }
+  std::uint64_t memory() const { return engine_.memory().total(); }
+
+ private:
+  int b() const { return static_cast<int>(p_.micro); }
+  std::size_t hidden_elems(int rows) const {
+    return static_cast<std::size_t>(rows) * s_.model.hidden_size;
+  }
+  ncclDataType_t type() const { return s_.dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16; }
+  std::int32_t* step_ids(std::int64_t i, int mb) const {
+    return steps_.as<std::int32_t>() + (i * p_.m + mb) * p_.micro;
+  }
+  std::int32_t* ring_ids(int mb) const { return ring_ids_.as<std::int32_t>() + mb * p_.micro; }
+
+  // The hidden states arrive (or the step starts from tokens); the engine's residual stream is
+  // both what arrives and what leaves, so nothing lands there before the last send of it left.
+  void receive(int rows) {
+    cudaStream_t st = self_.stream->get();
+    GPB_CUDA_CHECK(cudaStreamWaitEvent(st, hidden_sent_, 0));
+    if (!first_)
+      GPB_NCCL_CHECK(ncclRecv(engine_.input_hidden(), hidden_elems(rows), type(), at_.stage - 1,
+                              comms_.pp.get(), st));
+  }
+  void send_on(const void* data, std::size_t elems, ncclDataType_t t, int peer, ncclComm_t comm,
+               bool hidden) {
+    GPB_CUDA_CHECK(cudaEventRecord(computed_, self_.stream->get()));
+    GPB_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), computed_, 0));
+    GPB_NCCL_CHECK(ncclSend(data, elems, t, peer, comm, side_.get()));
+    if (hidden) GPB_CUDA_CHECK(cudaEventRecord(hidden_sent_, side_.get()));
+  }
+  // After a stage's step: the hidden states on, or (last stage) step i's tokens back around.
+  void pass_on(int rows, std::int64_t next_step, int mb) {
+    if (!last_)
+      send_on(engine_.hidden(), hidden_elems(rows), type(), at_.stage + 1, comms_.pp.get(), true);
+    else if (p_.layout.pp > 1 && next_step + 1 < s_.output_len)
+      send_on(step_ids(next_step, mb), static_cast<std::size_t>(p_.micro), ncclInt32, 0,
+              comms_.ring.get(), false);
+  }
+
+  void prefill(int mb) {
+    cudaStream_t st = self_.stream->get();
+    const int n = static_cast<int>(s_.prompt);
+    receive(b() * n);
+    engine_.prefill(
+        first_ ? prompts_.as<std::int32_t>() + static_cast<std::int64_t>(mb) * b() * n : nullptr,
+        b(), n, st, mb * b());
+    pass_on(b() * n, 0, mb);
+  }
+
+  void decode(std::int64_t i, int mb, bool save) {
+    cudaStream_t st = self_.stream->get();
+    receive(b());
+    if (first_ && p_.layout.pp > 1)
+      GPB_NCCL_CHECK(ncclRecv(ring_ids(mb), static_cast<std::size_t>(p_.micro), ncclInt32,
+                              p_.layout.pp - 1, comms_.ring.get(), st));
+    graphs_[static_cast<std::size_t>(i * p_.m + mb)].launch(st);
+    if (save && last_ && mb == 0 && i + 2 == s_.output_len)
+      GPB_CUDA_CHECK(cudaMemcpyAsync(saved_.get(), engine_.logits(), saved_.bytes(),
+                                     cudaMemcpyDeviceToDevice, st));
+    pass_on(b(), i + 1, mb);
+  }
+
+  // Every decode step of every microbatch as a graph of its own (its context, its cache rows).
+  void capture_steps() {
+    cudaStream_t st = self_.stream->get();
+    const int n = static_cast<int>(s_.prompt);
+    for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
+      for (int mb = 0; mb < p_.m; ++mb) {
+        const std::int32_t* ids = !first_            ? nullptr
+                                  : p_.layout.pp > 1 ? ring_ids(mb)
+                                                     : step_ids(i, mb);
+        const int context = n + static_cast<int>(i);
+        if (i == 0 && mb == 0) engine_.decode(ids, b(), context, st, 0);  // plans made first
+        graphs_.emplace_back();
+        graphs_.back().capture(
+            st, [&](cudaStream_t s2) { engine_.decode(ids, b(), context, s2, mb * b()); });
+      }
+  }
+
+  const Settings& s_;
+  const Plan& p_;
+  Rank& self_;
+  parallel::Place at_;
+  bool first_, last_;
+  parallel::LayoutComms comms_;
+  std::unique_ptr<parallel::NcclCollectives> collectives_;
+  model::Transformer engine_;
+  Stream side_;
+  Event start_, ttft_, end_, hidden_sent_, computed_;
+  DeviceBuffer prompts_, steps_, ring_ids_, saved_;
+  std::vector<CudaGraph> graphs_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
+                        References& refs) {
+  Measured out;
+  const auto key = std::make_tuple(p.micro, s.prompt, s.output_len);
+  const Tokens tokens = token_ids(s, p);
+  const int reps = ctx.quick() ? 1 : 3;
+  group.run([&](Rank& self) {
+    cudaStream_t st = self.stream->get();
+    const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
+    const model::EngineOptions eo =
+        rank_engine_options(s, p, parallel::Place::of(p.layout, self.rank).stage,
+                            parallel::Place::of(p.layout, self.rank).trank);
+    std::uint64_t need = model::engine_memory(s.model, eo, ws).total();
+    const std::uint64_t whole =
+        model::engine_memory(s.model, whole_options(s, p.micro), ws).total();
+    std::size_t free_b = 0, total_b = 0;
+    GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const bool make_ref =
+        self.rank == 0 && !refs.count(key) && whole + parallel::kMemoryReserve <= free_b;
+    if (make_ref) need = std::max(need, whole);
+    if (const std::string why = parallel::agreed_memory_check(group, self.rank, need);
+        !why.empty()) {
+      if (self.rank == 0) {
+        out.status = "skipped";
+        out.note = why;
+      }
+      return;
+    }
+    if (make_ref)
+      refs[key] = {whole_stream_logits(s, p, tokens, self.device, st),
+                   "a prefill of the whole stream on one GPU"};
+    group.barrier();
+    RankRun run(s, p, self, group, tokens);
+    group.barrier();
+    (void)run.generate(true);
+    double error = 0;
+    if (run.checks()) {
+      const auto got = run.saved();
+      if (auto it = refs.find(key); it != refs.end()) {
+        error = model::relative_l2(got, it->second.logits);
+        out.checked_by = it->second.source;
+      } else {
+        refs[key] = {got, fmt::format("layout {}", p.layout.name())};
+      }
+    }
+    const auto errors = group.all_gather(self.rank, error);
+    std::vector<double> firsts, wholes;
+    for (int r = 0; r < reps && !Context::interrupted(); ++r) {
+      group.barrier();
+      const auto [first, all] = run.generate(false);
+      const auto f = group.all_gather(self.rank, first);
+      const auto w = group.all_gather(self.rank, all);
+      firsts.push_back(*std::max_element(f.begin(), f.end()));
+      wholes.push_back(*std::max_element(w.begin(), w.end()));
+    }
+    const auto memory = group.all_gather(self.rank, static_cast<double>(run.memory()));
+    if (self.rank != 0) return;
+    out.check_error = *std::max_element(errors.begin(), errors.end());
+    out.memory_per_gpu =
+        static_cast<std::uint64_t>(*std::max_element(memory.begin(), memory.end()));
+    if (out.checked_by.empty()) {
+      out.status = "unchecked";
+      out.note =
+          "no reference: the model does not fit one GPU; the layouts after it are held "
+          "against this one";
+    } else if (!(out.check_error <= kCheckLimit)) {
+      out.status = "failed";
+      out.note = fmt::format("last logits differ from {}: relative error {:.3g} (limit {})",
+                             out.checked_by, out.check_error, kCheckLimit);
+    }
+    if (wholes.empty()) {
+      out.status = "skipped";
+      out.note = "stopped before it was timed";
+      return;
+    }
+    out.ttft_s = median(firsts);
+    out.e2e_s = median(wholes);
+    out.tpot_s =
+        s.output_len > 1 ? (out.e2e_s - out.ttft_s) / static_cast<double>(s.output_len - 1) : 0.0;
+    out.tokens_per_s = static_cast<double>(p.batch * s.output_len) / out.e2e_s;
+  });
+  return out;
+}
+
+}  // namespace gpubench::advise

@@ -1,0 +1,79 @@
+// `gpubench advise`: what a layout runs for a workload and batch, and the memory it holds.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/model/cost.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+
+namespace gpubench::advise {
+
+int microbatches(std::int64_t sequences, int pp) {
+  if (sequences < 1 || pp < 1)
+    throw InputError(fmt::format("{} sequences over {} stages", sequences, pp));
+  int m = 1;
+  for (int k = 1; k <= pp && k <= sequences; ++k)
+    if (sequences % k == 0) m = k;
+  return m;
+}
+
+model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int stage, int trank) {
+  model::EngineOptions eo;
+  eo.dtype = s.dtype;
+  eo.max_batch = static_cast<int>(p.sequences);
+  eo.max_tokens = static_cast<int>(s.prompt);
+  eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
+  eo.tp_size = p.layout.tp;
+  eo.tp_rank = trank;
+  for (int j = 0; j < stage; ++j) eo.first_layer += p.stage_layers[static_cast<std::size_t>(j)];
+  eo.layers = p.stage_layers[static_cast<std::size_t>(stage)];
+  eo.embed = stage == 0;
+  eo.head = stage == p.layout.pp - 1;
+  return eo;
+}
+
+Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batch,
+               const Parts& parts, int cc_major, std::uint64_t gpu_bytes) {
+  Plan p;
+  p.layout = l;
+  p.workload = w;
+  p.batch = w == Workload::Latency ? l.dp : batch;
+  if (p.batch % l.dp != 0) {
+    p.why_not = fmt::format("{} replicas do not split a batch of {}", l.dp, p.batch);
+    return p;
+  }
+  p.sequences = p.batch / l.dp;
+  p.m = microbatches(p.sequences, l.pp);
+  p.micro = p.sequences / p.m;
+  p.stage_layers = parallel::balance_stages(
+      std::vector<double>(static_cast<std::size_t>(s.layers), parts.layer > 0 ? parts.layer : 1.0),
+      l.pp, std::max(parts.embed, 0.0), std::max(parts.head, 0.0));
+  const std::size_t ws = gemm_workspace_bytes(cc_major);
+  std::uint64_t largest = 0;
+  for (int stage = 0; stage < l.pp; ++stage)
+    largest = std::max(
+        largest, model::engine_memory(s.model, rank_engine_options(s, p, stage, 0), ws).total());
+  p.memory_per_gpu = largest + parallel::kMemoryReserve;
+  if (gpu_bytes > 0 && p.memory_per_gpu > gpu_bytes)
+    p.why_not = fmt::format(
+        "does not fit in GPU memory: a GPU needs {} ({} spare included), {} "
+        "available",
+        format_bytes(p.memory_per_gpu), format_bytes(parallel::kMemoryReserve),
+        format_bytes(gpu_bytes));
+  return p;
+}
+
+Parts parts_by_bytes(const Settings& s) {
+  const model::ModelCost c =
+      model::model_cost(s.model, model::Phase::Decode, 1, 1, s.prompt, s.elem_bytes);
+  Parts p;
+  p.layer = model::totals(c.layer).bytes;
+  for (const model::OpCost& op : c.outside_layers)
+    (op.name == "final_norm" || op.name == "lm_head" ? p.head : p.embed) += op.bytes;
+  return p;
+}
+
+}  // namespace gpubench::advise

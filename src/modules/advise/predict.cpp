@@ -1,0 +1,168 @@
+// `gpubench advise`: the building blocks a plan needs and its prediction from them. Pure
+// arithmetic, no GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+
+namespace gpubench::advise {
+
+namespace {
+
+constexpr std::uint64_t kTokenBytes = 4;  // an int32 token id
+
+template <class Map, class Key>
+const typename Map::mapped_type& block(const Map& map, const Key& key, const std::string& what) {
+  const auto it = map.find(key);
+  if (it == map.end()) throw InputError(fmt::format("no {} measured", what));
+  return it->second;
+}
+
+Parts mean(const Parts& a, const Parts& b) {
+  return {(a.layer + b.layer) / 2, (a.embed + b.embed) / 2, (a.head + b.head) / 2};
+}
+
+// The bytes a microbatch's hidden states take: prefill (its prompts) and decode (a token each).
+std::uint64_t hidden_bytes(const Settings& s, const Plan& p, bool prefill) {
+  return static_cast<std::uint64_t>(p.micro) * (prefill ? s.prompt : 1) *
+         static_cast<std::uint64_t>(s.model.hidden_size) * s.elem_bytes;
+}
+
+}  // namespace
+
+Needs needs_of(const Settings& s, const Plan& p) {
+  Needs n;
+  n.compute.push_back({p.layout.tp, p.micro});
+  if (p.layout.tp > 1)
+    for (bool prefill : {true, false})
+      n.all_reduces.push_back({p.layout.tp, hidden_bytes(s, p, prefill)});
+  if (p.layout.pp > 1)
+    n.transfers = {hidden_bytes(s, p, true), hidden_bytes(s, p, false),
+                   static_cast<std::uint64_t>(p.micro) * kTokenBytes};
+  return n;
+}
+
+Needs merge(const std::vector<Needs>& all) {
+  Needs out;
+  for (const Needs& n : all) {
+    out.compute.insert(out.compute.end(), n.compute.begin(), n.compute.end());
+    out.all_reduces.insert(out.all_reduces.end(), n.all_reduces.begin(), n.all_reduces.end());
+    out.transfers.insert(out.transfers.end(), n.transfers.begin(), n.transfers.end());
+  }
+  const auto unique = [](auto& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  unique(out.compute);
+  unique(out.all_reduces);
+  unique(out.transfers);
+  return out;
+}
+
+Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
+  const Layout& l = p.layout;
+  const Blocks::Key key{l.tp, p.micro};
+  const std::string at = fmt::format("at tp={}, {} sequences a step", l.tp, p.micro);
+  const Parts& pre = block(b.prefill, key, "prefill " + at);
+  const Parts dec = mean(block(b.decode_first, key, "decode step " + at),
+                         block(b.decode_last, key, "decode step " + at));
+  const auto all_reduce = [&](bool prefill) {
+    const std::uint64_t bytes = hidden_bytes(s, p, prefill);
+    return l.tp > 1 ? block(b.all_reduce_s, std::make_pair(l.tp, bytes),
+                            fmt::format("all-reduce of {} bytes on {} GPUs", bytes, l.tp))
+                    : 0.0;
+  };
+  const auto transfer = [&](std::uint64_t bytes) {
+    return l.pp > 1 ? block(b.transfer_s, bytes, fmt::format("transfer of {} bytes", bytes)) : 0.0;
+  };
+  const double ar_pre = all_reduce(true), ar_dec = all_reduce(false);
+  const double x_pre = transfer(hidden_bytes(s, p, true));
+  const double x_dec = transfer(hidden_bytes(s, p, false));
+  const double x_tok = transfer(static_cast<std::uint64_t>(p.micro) * kTokenBytes);
+  const double steps = static_cast<double>(s.output_len - 1), m = p.m;
+
+  double sum_f = 0, max_f = x_pre, sum_d = 0, max_d = 0, busiest = -1;
+  Prediction out;
+  for (int k = 0; k < l.pp; ++k) {
+    const double layers = p.stage_layers.at(static_cast<std::size_t>(k));
+    const double ends_pre = (k == 0 ? pre.embed : 0) + (k == l.pp - 1 ? pre.head : 0);
+    const double ends_dec = (k == 0 ? dec.embed : 0) + (k == l.pp - 1 ? dec.head : 0);
+    const double comm_f = 2 * layers * ar_pre, comm_d = 2 * layers * ar_dec;
+    const double f = layers * pre.layer + ends_pre + comm_f;
+    const double d = layers * dec.layer + ends_dec + comm_d;
+    sum_f += f;
+    sum_d += d;
+    max_f = std::max(max_f, f);
+    max_d = std::max(max_d, d);
+    const double busy = m * f + steps * m * d;
+    if (busy > busiest) {
+      busiest = busy;
+      out.comm_s = m * comm_f + steps * m * comm_d;
+      out.compute_s = busy - out.comm_s;
+    }
+  }
+  out.ttft_s = sum_f + (l.pp - 1) * x_pre + (m - 1) * max_f;
+  const double cycle = sum_d + (l.pp - 1) * x_dec + (l.pp > 1 ? x_tok : 0.0);
+  out.tpot_s = std::max(cycle, m * max_d);
+  out.e2e_s = out.ttft_s + steps * out.tpot_s;
+  out.tokens_per_s = static_cast<double>(p.batch * s.output_len) / out.e2e_s;
+  out.wait_s = std::max(0.0, out.e2e_s - busiest);
+  return out;
+}
+
+double error_pct(double predicted, double measured) {
+  if (!(measured > 0)) throw InputError(fmt::format("measured time {} must be positive", measured));
+  return 100.0 * (predicted - measured) / measured;
+}
+
+std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline) {
+  const double busy = pred.compute_s + pred.comm_s + pred.wait_s;
+  const auto share = [&](double x) { return busy > 0 ? 100.0 * x / busy : 0.0; };
+  const std::string split =
+      p.layout.gpus() == 1 ? std::string("all of it compute")
+                           : fmt::format(
+                                 "its busiest GPU computes {:.0f}% of the time, spends {:.0f}% in "
+                                 "tensor-parallel all-reduces and {:.0f}% waiting on other stages",
+                                 share(pred.compute_s), share(pred.comm_s), share(pred.wait_s));
+  const std::string against =
+      p.layout.gpus() == 1 ? std::string()
+      : p.workload == Workload::Latency
+          ? fmt::format(" against {:.2f} and {:.1f} on one GPU", baseline.tpot_s * 1e3,
+                        baseline.ttft_s * 1e3)
+          : fmt::format(
+                " against {:.0f} on one GPU ({:.2f}x)", baseline.tokens_per_s,
+                baseline.tokens_per_s > 0 ? pred.tokens_per_s / baseline.tokens_per_s : 0.0);
+  if (p.workload == Workload::Latency)
+    return fmt::format("Predicted {:.2f} ms a token and {:.1f} ms to the first{}; {}.",
+                       pred.tpot_s * 1e3, pred.ttft_s * 1e3, against, split);
+  return fmt::format("Predicted {:.0f} tokens/s{}; {}.", pred.tokens_per_s, against, split);
+}
+
+nlohmann::ordered_json Blocks::to_json() const {
+  auto parts = [](const std::map<Key, Parts>& m) {
+    auto a = nlohmann::ordered_json::array();
+    for (const auto& [k, v] : m)
+      a.push_back({{"tp", k.first},
+                   {"sequences", k.second},
+                   {"layer_s", v.layer},
+                   {"embed_s", v.embed},
+                   {"head_s", v.head}});
+    return a;
+  };
+  auto ar = nlohmann::ordered_json::array();
+  for (const auto& [k, v] : all_reduce_s)
+    ar.push_back({{"ranks", k.first}, {"bytes", k.second}, {"seconds", v}});
+  auto tr = nlohmann::ordered_json::array();
+  for (const auto& [k, v] : transfer_s) tr.push_back({{"bytes", k}, {"seconds", v}});
+  return {{"prefill", parts(prefill)},
+          {"decode_first", parts(decode_first)},
+          {"decode_last", parts(decode_last)},
+          {"all_reduce", ar},
+          {"transfer", tr}};
+}
+
+}  // namespace gpubench::advise

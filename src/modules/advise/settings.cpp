@@ -1,0 +1,101 @@
+// Host side of `gpubench advise`: its settings, checked before anything touches a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+
+namespace gpubench::advise {
+
+namespace {
+
+constexpr std::int64_t kMaxTokens = 1 << 20;
+constexpr std::int64_t kMaxBatch = 4096;
+constexpr int kMaxTop = 16;
+
+std::vector<Workload> parse_workloads(const std::string& text) {
+  std::vector<Workload> out;
+  for (const auto& item : split_list(trim(text).empty() ? "all" : trim(text))) {
+    const std::string w = trim(item);
+    if (w == "all") return {Workload::Latency, Workload::Throughput};
+    if (w != "latency" && w != "throughput")
+      throw InputError(fmt::format("--workload: '{}' is not latency, throughput or all", w));
+    const Workload k = w == "latency" ? Workload::Latency : Workload::Throughput;
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::int64_t tokens(std::int64_t given, std::int64_t fallback, const char* option) {
+  const std::int64_t v = given == 0 ? fallback : given;
+  if (v < 1 || v > kMaxTokens)
+    throw InputError(fmt::format("{}: {} is outside 1..{}", option, v, kMaxTokens));
+  return v;
+}
+
+}  // namespace
+
+const char* to_string(Workload w) {
+  return w == Workload::Latency ? "latency" : "throughput";
+}
+
+Settings resolve_settings(const Options& o, bool quick) {
+  Settings s;
+  s.model = model::load_engine_model(o.model, o.model_config);
+  s.dtype = model::engine_dtype(o.dtype) == "fp16" ? ActDtype::F16 : ActDtype::BF16;
+  s.elem_bytes = 2;
+  s.layers = model::engine_layers(s.model, o.layers);
+  s.workloads = parse_workloads(o.workload);
+  if (o.prompt < 0)
+    throw InputError(fmt::format("--prompt: {} is outside 1..{}", o.prompt, kMaxTokens));
+  if (o.output_len < 0)
+    throw InputError(fmt::format("--output-len: {} is outside 1..{}", o.output_len, kMaxTokens));
+  s.prompt = tokens(o.prompt, quick ? 512 : 1024, "--prompt");
+  s.output_len = tokens(o.output_len, quick ? 32 : 128, "--output-len");
+  if (s.output_len < 2)
+    throw InputError("--output-len: 1 token is the prefill's alone; at least 2 make a generation");
+  if (s.prompt + s.output_len > kMaxTokens)
+    throw InputError(fmt::format("--output-len: {} after a prompt of {} passes {} positions",
+                                 s.output_len, s.prompt, kMaxTokens));
+  if (s.prompt + s.output_len > s.model.max_positions)
+    s.notes.push_back(
+        fmt::format("positions up to {} pass {}'s {}: the model was not trained "
+                    "that far",
+                    s.prompt + s.output_len, s.model.name, s.model.max_positions));
+  s.batch_sizes = trim(o.batch_sizes).empty()
+                      ? (quick ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{8, 32})
+                      : parse_counts(o.batch_sizes, "--batch-sizes", kMaxBatch);
+  if (!(o.memory >= 0) || o.memory > 1e6)
+    throw InputError(
+        fmt::format("--memory: {} GiB is not a size a GPU holds (0: what each has "
+                    "free)",
+                    o.memory));
+  s.memory_bytes = static_cast<std::uint64_t>(o.memory * static_cast<double>(1ull << 30));
+  if (o.top < 0 || o.top > kMaxTop)
+    throw InputError(fmt::format("--top: {} is outside 0..{}", o.top, kMaxTop));
+  s.top = o.top;
+  if (!(o.timeout > 0))
+    throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));
+  s.timeout_s = o.timeout;
+  return s;
+}
+
+nlohmann::ordered_json Settings::to_json() const {
+  std::vector<std::string> w;
+  for (Workload k : workloads) w.push_back(to_string(k));
+  return {{"model", model.to_json()},
+          {"layers", layers},
+          {"workloads", w},
+          {"prompt", prompt},
+          {"output_len", output_len},
+          {"batch_sizes", batch_sizes},
+          {"memory_bytes", memory_bytes},
+          {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
+          {"top", top},
+          {"timeout_s", timeout_s}};
+}
+
+}  // namespace gpubench::advise

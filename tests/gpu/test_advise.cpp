@@ -1,0 +1,128 @@
+// advise on the GPUs: the building blocks measured (a tensor-parallel shard's parts on one GPU),
+// a generation end to end checked against a prefill of its whole stream, a wrong reference
+// caught, and on 2 or more GPUs every layout of 2 GPUs generating the same logits.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/core/system.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+#include "rig.hpp"
+
+using namespace gpubench;
+using namespace gpubench::advise;
+
+namespace {
+
+using Rig = gpubench::testing::QuickRig;
+
+int gpu_count() {
+  int n = 0;
+  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
+  return n;
+}
+
+// llama-2-7b's shapes cut to 4 layers, short prompts: seconds, not minutes.
+Settings small() {
+  Options o;
+  o.layers = 4;
+  o.prompt = 64;
+  o.output_len = 6;
+  o.batch_sizes = "4";
+  return resolve_settings(o, true);
+}
+
+Plan plan_of(const Settings& s, const Layout& l, Workload w, std::int64_t batch) {
+  return make_plan(s, l, w, batch, parts_by_bytes(s), compute_capability_major(0), 0);
+}
+
+}  // namespace
+
+TEST(AdviseGpu, CalibratesAShardOnOneGpu) {
+  Rig rig(1);
+  const Settings s = small();
+  Needs n;
+  n.compute = {{1, 1}, {1, 2}, {2, 1}};
+  const Blocks b = calibrate(rig.ctx, s, n);
+  for (const auto& key : n.compute) {
+    ASSERT_TRUE(b.prefill.count(key) && b.decode_first.count(key) && b.decode_last.count(key));
+    EXPECT_GT(b.prefill.at(key).layer, 0);
+    EXPECT_GT(b.decode_first.at(key).layer, 0);
+    EXPECT_GT(b.decode_last.at(key).layer, 0);
+  }
+  // A tensor-parallel shard holds half of a layer's weights: its decode step reads less.
+  EXPECT_LT(b.decode_first.at({2, 1}).layer, b.decode_first.at({1, 1}).layer);
+  // The prediction of one GPU comes from these parts alone.
+  const Plan p = plan_of(s, Layout{}, Workload::Latency, 1);
+  const Prediction pred = predict(s, p, b);
+  EXPECT_GT(pred.ttft_s, 0);
+  EXPECT_GT(pred.tpot_s, 0);
+  EXPECT_DOUBLE_EQ(pred.comm_s, 0);
+}
+
+TEST(AdviseGpu, OneGpuGenerationMatchesItsWholeStream) {
+  Rig rig(1);
+  const Settings s = small();
+  RankGroup group(rig.gpus);
+  References refs;
+  for (std::int64_t batch : {1, 4}) {
+    const Plan p =
+        plan_of(s, Layout{}, batch == 1 ? Workload::Latency : Workload::Throughput, batch);
+    const Measured m = run_generation(rig.ctx, s, p, group, refs);
+    EXPECT_EQ(m.status, "ok") << m.note;
+    EXPECT_LT(m.check_error, 0.1);
+    EXPECT_EQ(m.checked_by, "a prefill of the whole stream on one GPU");
+    EXPECT_GT(m.ttft_s, 0);
+    EXPECT_GT(m.tpot_s, 0);
+  }
+}
+
+TEST(AdviseGpu, AWrongReferenceFailsTheRun) {
+  Rig rig(1);
+  const Settings s = small();
+  RankGroup group(rig.gpus);
+  const Plan p = plan_of(s, Layout{}, Workload::Latency, 1);
+  // The right reference with one logit moved far off: the generation no longer matches it.
+  References refs;
+  (void)run_generation(rig.ctx, s, p, group, refs);
+  auto& ref = refs.begin()->second.logits;
+  for (std::size_t i = 0; i < ref.size(); i += 7) ref[i] += 10.0;
+  const Measured m = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(m.status, "failed");
+  EXPECT_GT(m.check_error, 0.1);
+  EXPECT_NE(m.note.find("last logits differ"), std::string::npos) << m.note;
+}
+
+TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  Rig rig(2);
+  const Settings s = small();
+  RankGroup group(rig.gpus);
+  References refs;
+  for (const Layout& l : parallel::every_layout(2, s.model)) {
+    const Plan p = plan_of(s, l, Workload::Throughput, 4);
+    ASSERT_TRUE(p.why_not.empty()) << p.why_not;
+    const Measured m = run_generation(rig.ctx, s, p, group, refs);
+    EXPECT_EQ(m.status, "ok") << l.name() << ": " << m.note;
+    EXPECT_LT(m.check_error, 0.1) << l.name();
+  }
+}
+
+TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
+  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  Rig rig(2);
+  const Settings s = small();
+  Needs n;
+  n.all_reduces = {{2, 8192}, {2, 8u << 20}};
+  n.transfers = {4, 8192, 8u << 20};
+  const Blocks b = calibrate(rig.ctx, s, n);
+  ASSERT_EQ(b.all_reduce_s.size(), 2u);
+  ASSERT_EQ(b.transfer_s.size(), 3u);
+  // More bytes take longer, both ways of moving them.
+  EXPECT_LT(b.all_reduce_s.at({2, 8192}), b.all_reduce_s.at({2, 8u << 20}));
+  EXPECT_LT(b.transfer_s.at(8192), b.transfer_s.at(8u << 20));
+}

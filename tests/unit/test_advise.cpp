@@ -1,0 +1,394 @@
+// Host side of `gpubench advise`: the settings and their checks, the layouts a model allows and
+// where a rank sits in one, microbatches, plans (stages, memory, why a layout cannot run), the
+// blocks a plan needs, the prediction's formulas against hand-computed values, and error_pct.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/gemm.hpp"
+#include "gpubench/model/presets.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+#include "input_error.hpp"
+
+using namespace gpubench;
+using namespace gpubench::advise;
+using gpubench::testing::contains;
+using gpubench::testing::input_error_of;
+
+namespace {
+
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+// The one-line InputError resolve_settings throws for `o`, or "" when it throws none.
+std::string settings_error(const Options& o) {
+  return input_error_of([&] { (void)resolve_settings(o, false); });
+}
+
+// "--option: why", on one line.
+bool names_option(const std::string& message, const std::string& option) {
+  return message.rfind(option + ":", 0) == 0 && !contains(message, "\n");
+}
+
+// llama-2-7b (hidden 4096, 32 layers, bf16) with a short generation: prompt 16, 5 tokens.
+Settings small_settings() {
+  Settings s = resolve_settings(Options{}, false);
+  s.prompt = 16;
+  s.output_len = 5;
+  return s;
+}
+
+Plan plan_of(const Settings& s, const Layout& l, Workload w, std::int64_t batch) {
+  return make_plan(s, l, w, batch, Parts{1, 0, 0}, 9, 80 * kGiB);
+}
+
+template <class T>
+std::vector<T> sorted(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+void expect_rel(double actual, double expected) {
+  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
+}
+
+}  // namespace
+
+TEST(AdviseSettings, Defaults) {
+  const Settings s = resolve_settings(Options{}, false);
+  EXPECT_EQ(s.model.hidden_size, 4096);
+  EXPECT_EQ(s.layers, 32);  // every decoder layer of llama-2-7b
+  EXPECT_EQ(s.workloads, (std::vector<Workload>{Workload::Latency, Workload::Throughput}));
+  EXPECT_EQ(s.prompt, 1024);
+  EXPECT_EQ(s.output_len, 128);
+  EXPECT_EQ(s.batch_sizes, (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(s.memory_bytes, 0u);  // each GPU's free memory
+  EXPECT_EQ(s.elem_bytes, 2);     // bf16
+  EXPECT_EQ(s.top, 3);
+  EXPECT_EQ(s.timeout_s, 600);
+  const Settings q = resolve_settings(Options{}, true);
+  EXPECT_EQ(q.prompt, 512);
+  EXPECT_EQ(q.output_len, 32);
+  EXPECT_EQ(q.batch_sizes, (std::vector<std::int64_t>{16}));
+  EXPECT_EQ(std::string(to_string(Workload::Latency)), "latency");
+  EXPECT_EQ(std::string(to_string(Workload::Throughput)), "throughput");
+}
+
+TEST(AdviseSettings, GivenValues) {
+  Options o;
+  o.workload = "throughput";
+  o.prompt = 64;
+  o.output_len = 8;
+  o.batch_sizes = "32,8";  // kept ascending
+  o.memory = 80;           // GiB
+  o.top = 16;
+  const Settings s = resolve_settings(o, true);  // given values win over quick's defaults
+  EXPECT_EQ(s.workloads, (std::vector<Workload>{Workload::Throughput}));
+  EXPECT_EQ(s.prompt, 64);
+  EXPECT_EQ(s.output_len, 8);
+  EXPECT_EQ(s.batch_sizes, (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(s.memory_bytes, 80 * kGiB);
+  EXPECT_EQ(s.top, 16);
+  o.top = 0;  // only the baseline: allowed
+  o.batch_sizes = "1,4096";
+  EXPECT_EQ(settings_error(o), "");
+}
+
+// Every bad value: one line that starts with the option it came from.
+TEST(AdviseSettings, BadValuesNameTheirOption) {
+  const auto error = [](auto set) {
+    Options o;
+    set(o);
+    return settings_error(o);
+  };
+  EXPECT_TRUE(names_option(error([](Options& o) { o.workload = "batch"; }), "--workload"));
+  // 0 is "the default" for the lengths: the bad ones are below 1 or past 1 << 20.
+  EXPECT_TRUE(names_option(error([](Options& o) { o.prompt = -1; }), "--prompt"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.prompt = (1 << 20) + 1; }), "--prompt"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.output_len = -1; }), "--output-len"));
+  EXPECT_TRUE(
+      names_option(error([](Options& o) { o.output_len = (1 << 20) + 1; }), "--output-len"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.batch_sizes = "0"; }), "--batch-sizes"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.batch_sizes = "5000"; }), "--batch-sizes"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.memory = -1; }), "--memory"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.top = -1; }), "--top"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.top = 17; }), "--top"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.timeout = 0; }), "--timeout"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.timeout = -5; }), "--timeout"));
+}
+
+// Ordered by tp, then pp; dp fills the rest.
+TEST(AdviseLayouts, EveryLayoutOfFourGpus) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  EXPECT_EQ(
+      parallel::every_layout(4, m),
+      (std::vector<Layout>{{4, 1, 1}, {2, 1, 2}, {1, 1, 4}, {2, 2, 1}, {1, 2, 2}, {1, 4, 1}}));
+  EXPECT_EQ(parallel::every_layout(1, m), (std::vector<Layout>{{1, 1, 1}}));
+}
+
+// 32 heads do not split 3 ways: no tp=3.
+TEST(AdviseLayouts, TensorParallelismMustSplitTheModel) {
+  const model::ModelConfig m = model::load_preset("llama-2-7b");
+  EXPECT_EQ(parallel::every_layout(3, m), (std::vector<Layout>{{3, 1, 1}, {1, 1, 3}}));
+  EXPECT_THROW((void)parallel::every_layout(0, m), InputError);
+}
+
+// rank = ((replica x pp) + stage) x tp + tensor rank.
+TEST(AdviseLayouts, PlaceOfEveryRank) {
+  const Layout l{2, 2, 2};
+  EXPECT_EQ(l.gpus(), 8);
+  const int expected[8][3] = {{0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 1, 1},
+                              {1, 0, 0}, {1, 0, 1}, {1, 1, 0}, {1, 1, 1}};  // replica, stage, trank
+  for (int r = 0; r < 8; ++r) {
+    const parallel::Place p = parallel::Place::of(l, r);
+    EXPECT_EQ(p.replica, expected[r][0]) << r;
+    EXPECT_EQ(p.stage, expected[r][1]) << r;
+    EXPECT_EQ(p.trank, expected[r][2]) << r;
+  }
+}
+
+// The count m: the largest divisor of the sequences that is at most pp.
+TEST(AdviseMicrobatches, LargestDivisorAtMostPp) {
+  EXPECT_EQ(microbatches(1, 4), 1);
+  EXPECT_EQ(microbatches(8, 1), 1);
+  EXPECT_EQ(microbatches(8, 2), 2);
+  EXPECT_EQ(microbatches(8, 4), 4);
+  EXPECT_EQ(microbatches(6, 4), 3);  // divisors 1, 2, 3, 6
+  EXPECT_EQ(microbatches(5, 4), 1);  // prime: one microbatch
+  EXPECT_EQ(microbatches(16, 8), 8);
+}
+
+// One GPU holds the whole model: weights alone are 6.74e9 parameters x 2 bytes.
+TEST(AdvisePlan, OneGpu) {
+  const Settings s = resolve_settings(Options{}, false);
+  const Plan p = plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1);
+  EXPECT_EQ(p.why_not, "");
+  EXPECT_EQ(p.stage_layers, (std::vector<int>{32}));
+  EXPECT_EQ(p.batch, 1);
+  EXPECT_EQ(p.sequences, 1);
+  EXPECT_EQ(p.m, 1);
+  EXPECT_EQ(p.micro, 1);
+  EXPECT_GT(p.memory_per_gpu, 13'000'000'000ull);
+  EXPECT_EQ(p.memory_per_gpu,
+            model::engine_memory(s.model, rank_engine_options(s, p, 0, 0), gemm_workspace_bytes(9))
+                    .total() +
+                parallel::kMemoryReserve);
+}
+
+// A rank's engine: its stage's layers and tensor shard, the replica's sequences, the prompt and
+// every generated token but the last.
+TEST(AdvisePlan, RankEngineOptions) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 2, 2}, Workload::Throughput, 4);
+  ASSERT_EQ(p.stage_layers, (std::vector<int>{16, 16}));
+  const model::EngineOptions first = rank_engine_options(s, p, 0, 1);
+  EXPECT_EQ(first.tp_size, 2);
+  EXPECT_EQ(first.tp_rank, 1);
+  EXPECT_EQ(first.first_layer, 0);
+  EXPECT_EQ(first.layers, 16);
+  EXPECT_TRUE(first.embed);
+  EXPECT_FALSE(first.head);
+  EXPECT_EQ(first.max_batch, 4);
+  EXPECT_EQ(first.max_tokens, 16);
+  EXPECT_EQ(first.max_context, 16 + 5 - 1);
+  const model::EngineOptions last = rank_engine_options(s, p, 1, 0);
+  EXPECT_EQ(last.first_layer, 16);
+  EXPECT_FALSE(last.embed);
+  EXPECT_TRUE(last.head);
+}
+
+// Equal layers split evenly; a head worth 4 layers moves them to the first stage (36 units:
+// 18 | 14 + 4); the memory is the larger stage's engine.
+TEST(AdvisePlan, PipelineStages) {
+  const Settings s = resolve_settings(Options{}, false);
+  const Plan even = plan_of(s, Layout{1, 1, 2}, Workload::Latency, 1);
+  EXPECT_EQ(even.why_not, "");
+  EXPECT_EQ(even.stage_layers, (std::vector<int>{16, 16}));
+  const Plan head =
+      make_plan(s, Layout{1, 1, 2}, Workload::Latency, 1, Parts{1, 0, 4}, 9, 80 * kGiB);
+  EXPECT_EQ(head.stage_layers, (std::vector<int>{18, 14}));
+  const auto stage = [&](int k) {
+    return model::engine_memory(s.model, rank_engine_options(s, head, k, 0),
+                                gemm_workspace_bytes(9))
+        .total();
+  };
+  EXPECT_EQ(head.memory_per_gpu, std::max(stage(0), stage(1)) + parallel::kMemoryReserve);
+}
+
+// Throughput: a replica's share of the batch, in microbatches over the stages.
+TEST(AdvisePlan, ThroughputSplits) {
+  const Settings s = resolve_settings(Options{}, false);
+  const Plan pp4 = plan_of(s, Layout{1, 1, 4}, Workload::Throughput, 8);
+  EXPECT_EQ(pp4.why_not, "");
+  EXPECT_EQ(pp4.batch, 8);
+  EXPECT_EQ(pp4.sequences, 8);
+  EXPECT_EQ(pp4.m, 4);
+  EXPECT_EQ(pp4.micro, 2);
+  const Plan dp2 = plan_of(s, Layout{2, 1, 1}, Workload::Throughput, 8);
+  EXPECT_EQ(dp2.sequences, 4);
+  EXPECT_EQ(dp2.m, 1);
+  EXPECT_EQ(dp2.micro, 4);
+  // 2 replicas do not split 3 sequences.
+  EXPECT_NE(plan_of(s, Layout{2, 1, 1}, Workload::Throughput, 3).why_not, "");
+}
+
+// llama-2-70b's weights (~138 GB) do not fit one 80 GiB GPU; a quarter of its layers do.
+TEST(AdvisePlan, MemoryDecidesWhatFits) {
+  Options o;
+  o.model = "llama-2-70b";
+  const Settings s = resolve_settings(o, false);
+  const Plan one = plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1);
+  EXPECT_GT(one.memory_per_gpu, 80 * kGiB);
+  EXPECT_TRUE(contains(one.why_not, "memory")) << one.why_not;
+  const Plan tp4 = plan_of(s, Layout{1, 4, 1}, Workload::Latency, 1);
+  EXPECT_EQ(tp4.why_not, "");
+  EXPECT_LT(tp4.memory_per_gpu, 80 * kGiB);
+}
+
+// One GPU's needs: its compute parts only, no communication.
+TEST(AdviseNeeds, OneGpu) {
+  const Settings s = small_settings();
+  const Needs n = needs_of(s, plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1));
+  EXPECT_EQ(n.compute, (std::vector<Blocks::Key>{{1, 1}}));
+  EXPECT_TRUE(n.all_reduces.empty());
+  EXPECT_TRUE(n.transfers.empty());
+}
+
+// tp=2: the shard's parts and the all-reduces of both phases: prefill micro x prompt x hidden
+// x 2 bytes = 1 x 16 x 4096 x 2 = 131072, decode micro x hidden x 2 = 8192.
+TEST(AdviseNeeds, TensorParallelAllReduces) {
+  const Settings s = small_settings();
+  const Needs n = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1));
+  EXPECT_EQ(n.compute, (std::vector<Blocks::Key>{{2, 1}}));
+  EXPECT_EQ(sorted(n.all_reduces),
+            (std::vector<std::pair<int, std::uint64_t>>{{2, 8192}, {2, 131072}}));
+  EXPECT_TRUE(n.transfers.empty());
+}
+
+TEST(AdviseNeeds, MergeIsSortedAndUnique) {
+  const Settings s = small_settings();
+  const Needs one = needs_of(s, plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1));
+  const Needs tp2 = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1));
+  const Needs same = merge({tp2, tp2});
+  EXPECT_EQ(same.compute, sorted(tp2.compute));
+  EXPECT_EQ(same.all_reduces, sorted(tp2.all_reduces));
+  EXPECT_EQ(same.transfers, sorted(tp2.transfers));
+  const Needs both = merge({tp2, one});
+  EXPECT_EQ(both.compute, (std::vector<Blocks::Key>{{1, 1}, {2, 1}}));
+  EXPECT_EQ(both.all_reduces, sorted(tp2.all_reduces));
+}
+
+// One GPU, L = 32, 5 tokens: prefill 32 x 1e-3 + 2e-4 + 5e-4 = 0.0327; decode at the mean of
+// the two contexts 32 x 2e-5 + 3e-6 + 4e-6 = 6.47e-4; e2e 0.0327 + 4 x 6.47e-4 = 0.035288.
+TEST(AdvisePredict, OneGpu) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1);
+  Blocks b;
+  b.prefill[{1, 1}] = {1e-3, 2e-4, 5e-4};
+  b.decode_first[{1, 1}] = {1e-5, 2e-6, 3e-6};
+  b.decode_last[{1, 1}] = {3e-5, 4e-6, 5e-6};
+  const Prediction r = predict(s, p, b);
+  expect_rel(r.ttft_s, 0.0327);
+  expect_rel(r.tpot_s, 6.47e-4);
+  expect_rel(r.e2e_s, 0.035288);
+  expect_rel(r.tokens_per_s, 1 * 5 / 0.035288);
+  EXPECT_EQ(r.comm_s, 0.0);
+  expect_rel(r.compute_s + r.comm_s + r.wait_s, r.e2e_s);
+}
+
+// tp=2: 2 L = 64 all-reduces a step, prefill's of 131072 bytes (7e-5 s), decode's of 8192
+// (1.1e-5 s). TTFT 32 x 6e-4 + 7e-4 + 64 x 7e-5 = 0.02438; TPOT 32 x 1e-5 + 7e-6 + 64 x 1.1e-5
+// = 1.031e-3; e2e 0.02438 + 4 x 1.031e-3 = 0.028504; all-reduces 64 x 7e-5 + 4 x 64 x 1.1e-5.
+TEST(AdvisePredict, TensorParallel) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1);
+  Blocks b;
+  b.prefill[{2, 1}] = {6e-4, 2e-4, 5e-4};
+  b.decode_first[{2, 1}] = {8e-6, 2e-6, 3e-6};
+  b.decode_last[{2, 1}] = {1.2e-5, 4e-6, 5e-6};
+  b.all_reduce_s[{2, 131072}] = 7e-5;
+  b.all_reduce_s[{2, 8192}] = 1.1e-5;
+  const Prediction r = predict(s, p, b);
+  expect_rel(r.ttft_s, 0.02438);
+  expect_rel(r.tpot_s, 1.031e-3);
+  expect_rel(r.e2e_s, 0.028504);
+  expect_rel(r.tokens_per_s, 5 / 0.028504);
+  expect_rel(r.comm_s, 64 * 7e-5 + 4 * 64 * 1.1e-5);  // 0.007296
+  expect_rel(r.compute_s + r.comm_s + r.wait_s, r.e2e_s);
+}
+
+// pp=2, batch 4: m = 2 microbatches of 2, stages of 16 layers. Transfers: prefill's hidden
+// states 2 x 16 x 4096 x 2 = 262144 bytes, decode's 2 x 4096 x 2 = 16384, and the ring's next
+// tokens (the third size needs_of asks for). Prefill F0 = 16e-3 + 2e-4 = 0.0162,
+// F1 = 16e-3 + 6e-4 = 0.0166; decode D0 = 16 x 2e-5 + 2e-6 = 3.22e-4, D1 = 3.26e-4.
+TEST(AdvisePredict, Pipeline) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 1, 2}, Workload::Throughput, 4);
+  ASSERT_EQ(p.m, 2);
+  ASSERT_EQ(p.micro, 2);
+  ASSERT_EQ(p.stage_layers, (std::vector<int>{16, 16}));
+  const Needs n = needs_of(s, p);
+  EXPECT_EQ(n.compute, (std::vector<Blocks::Key>{{1, 2}}));
+  EXPECT_TRUE(n.all_reduces.empty());
+  const std::vector<std::uint64_t> sizes = sorted(n.transfers);
+  ASSERT_EQ(sizes.size(), 3u);
+  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 262144u), 1);
+  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 16384u), 1);
+  const std::uint64_t tokens = *std::find_if(
+      sizes.begin(), sizes.end(), [](std::uint64_t x) { return x != 262144 && x != 16384; });
+  Blocks b;
+  b.prefill[{1, 2}] = {1e-3, 2e-4, 6e-4};
+  b.decode_first[{1, 2}] = {1e-5, 2e-6, 4e-6};
+  b.decode_last[{1, 2}] = {3e-5, 2e-6, 8e-6};
+  // The stages set the pace of prefill, the ring that of decode:
+  // TTFT = 0.0162 + 0.0166 + 5e-4 + 1 x max(0.0162, 0.0166, 5e-4) = 0.0499;
+  // TPOT = max(3.22e-4 + 3.26e-4 + 5e-5 + 3e-5, 2 x 3.26e-4) = 7.28e-4; e2e 0.052812.
+  b.transfer_s = {{262144, 5e-4}, {16384, 5e-5}, {tokens, 3e-5}};
+  Prediction r = predict(s, p, b);
+  expect_rel(r.ttft_s, 0.0499);
+  expect_rel(r.tpot_s, 7.28e-4);
+  expect_rel(r.e2e_s, 0.052812);
+  expect_rel(r.tokens_per_s, 4 * 5 / 0.052812);
+  EXPECT_EQ(r.comm_s, 0.0);
+  // A slow hand-off sets prefill's pace, the busiest stage decode's:
+  // TTFT = 0.0162 + 0.0166 + 0.02 + 1 x 0.02 = 0.0728;
+  // TPOT = max(3.22e-4 + 3.26e-4 + 1e-6 + 2e-6, 2 x 3.26e-4) = 6.52e-4; e2e 0.075408.
+  b.transfer_s = {{262144, 0.02}, {16384, 1e-6}, {tokens, 2e-6}};
+  r = predict(s, p, b);
+  expect_rel(r.ttft_s, 0.0728);
+  expect_rel(r.tpot_s, 6.52e-4);
+  expect_rel(r.e2e_s, 0.075408);
+  expect_rel(r.compute_s + r.comm_s + r.wait_s, r.e2e_s);
+}
+
+// Every block the plan needs must be there.
+TEST(AdvisePredict, MissingBlock) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1);
+  Blocks b;
+  b.prefill[{2, 1}] = {6e-4, 2e-4, 5e-4};
+  b.decode_first[{2, 1}] = {8e-6, 2e-6, 3e-6};
+  b.decode_last[{2, 1}] = {1.2e-5, 4e-6, 5e-6};
+  b.all_reduce_s[{2, 131072}] = 7e-5;
+  b.all_reduce_s[{2, 8192}] = 1.1e-5;
+  EXPECT_NO_THROW((void)predict(s, p, b));
+  for (int drop = 0; drop < 3; ++drop) {
+    Blocks less = b;
+    if (drop == 0) less.decode_last.clear();
+    if (drop == 1) less.all_reduce_s.erase({2, 8192});
+    if (drop == 2) less.prefill = {{{1, 1}, Parts{6e-4, 2e-4, 5e-4}}};  // another key's only
+    EXPECT_THROW((void)predict(s, p, less), InputError) << drop;
+  }
+}
+
+TEST(AdviseError, Percent) {
+  EXPECT_DOUBLE_EQ(error_pct(110, 100), 10);
+  EXPECT_DOUBLE_EQ(error_pct(90, 100), -10);
+  EXPECT_THROW((void)error_pct(1, 0), InputError);
+  EXPECT_THROW((void)error_pct(1, -1), InputError);
+}
