@@ -10,7 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/report.hpp"
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/modules/advise/advise.hpp"
@@ -391,4 +396,53 @@ TEST(AdviseError, Percent) {
   EXPECT_DOUBLE_EQ(error_pct(90, 100), -10);
   EXPECT_THROW((void)error_pct(1, 0), InputError);
   EXPECT_THROW((void)error_pct(1, -1), InputError);
+}
+
+// --from: the blocks an advise run wrote come back the same, and a run of another prompt or
+// model, a report of another module or a broken list is refused naming --from.
+TEST(AdviseFrom, BlocksRoundTripThroughAReport) {
+  const Settings s = small_settings();
+  Blocks b;
+  b.prefill[{1, 2}] = {1e-3, 2e-5, 3e-4};
+  b.decode_first[{1, 2}] = {1e-4, 1e-5, 8e-5};
+  b.decode_last[{1, 2}] = {1.1e-4, 1e-5, 8e-5};
+  b.all_reduce_s[{2, 8192}] = 9e-6;
+  b.transfer_s[8] = 5e-6;
+  const Blocks back = Blocks::from_json(b.to_json());
+  EXPECT_EQ(back.to_json(), b.to_json());
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("gpubench_advise_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Report r;
+  r.module = "advise";
+  r.config = s.to_json();
+  r.extra["blocks"] = b.to_json();
+  write_report_files(dir, r);
+  EXPECT_EQ(blocks_from_run(dir.string(), s).to_json(), b.to_json());
+
+  Settings other = s;
+  other.prompt = 64;
+  EXPECT_TRUE(names_option(input_error_of([&] { (void)blocks_from_run(dir.string(), other); }),
+                           "--from"));
+  EXPECT_TRUE(contains(input_error_of([&] { (void)blocks_from_run(dir.string(), other); }),
+                       "prompt"));
+  other = s;
+  other.model = model::load_preset("llama-2-13b");
+  EXPECT_TRUE(contains(input_error_of([&] { (void)blocks_from_run(dir.string(), other); }),
+                       "model"));
+  r.module = "tp";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  write_report_files(dir, r);
+  EXPECT_TRUE(contains(input_error_of([&] { (void)blocks_from_run(dir.string(), s); }),
+                       "no advise report"));
+  std::filesystem::remove_all(dir);
+
+  auto broken = b.to_json();
+  broken["prefill"][0]["layer_s"] = -1;
+  EXPECT_TRUE(contains(input_error_of([&] { (void)Blocks::from_json(broken); }), "layer_s"));
+  broken = b.to_json();
+  broken.erase("transfer");
+  EXPECT_TRUE(contains(input_error_of([&] { (void)Blocks::from_json(broken); }), "transfer"));
 }

@@ -13,6 +13,7 @@
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
+#include "gpubench/core/runs.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 
@@ -72,7 +73,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   std::vector<std::string> examples() const override {
     return {"gpubench advise --model llama-2-7b",
             "gpubench advise --model llama-2-70b --workload throughput --batch-sizes 8,32",
-            "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2"};
+            "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2",
+            "gpubench advise --from results/reference/h100/advise --top 0"};
   }
   // Not part of `all` yet: it runs every layout's generation and takes minutes.
   bool runs_in_all() const override { return false; }
@@ -100,14 +102,32 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--top", opts_.top,
                    "Layouts run besides the one-GPU baseline, per workload and batch")
         ->capture_default_str();
+    app.add_option("--from", opts_.from,
+                   "Take the building blocks from this earlier advise run (folder or report) "
+                   "instead of measuring them");
     app.add_option("--timeout", opts_.timeout,
                    "Seconds without progress before gpubench ends a stuck run with the report of "
                    "what finished (exit 1)")
         ->capture_default_str();
   }
 
+  // A run given to --from is read before anything runs: one that is not an advise run with
+  // building blocks is bad input (whether it matches is known with the mode, in run()).
+  void validate() const override {
+    const Settings s = resolve_settings(opts_, false);
+    if (s.from.empty()) return;
+    for (const Report& r : read_run(s.from, "--from").reports)
+      if (r.module == "advise" && r.extra.contains("blocks")) {
+        (void)Blocks::from_json(r.extra["blocks"]);
+        return;
+      }
+    throw InputError(
+        fmt::format("--from: {} holds no advise report with building blocks", s.from));
+  }
+
   Report run(Context& ctx) override {
     const Settings s = resolve_settings(opts_, ctx.quick());
+    if (!s.from.empty()) (void)blocks_from_run(s.from, s);  // a run that does not match: bad input
     effective_ = s;
     Report report;
     report.module = name();
@@ -119,7 +139,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     for (const Question& q : questions)
       for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
     progress::next("calibration: compute, all-reduces, transfers");
-    const Blocks blocks = calibrate(ctx, s, merge(needs));
+    const Blocks blocks = s.from.empty() ? calibrate(ctx, s, merge(needs)) : blocks_from_run(s.from, s);
+    if (!s.from.empty()) report.warn(fmt::format("building blocks taken from {}", s.from));
     report.extra["blocks"] = blocks.to_json();
     predict_all(ctx, s, blocks, questions);
     verify(ctx, s, questions, report);
@@ -308,6 +329,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       r.metric("tokens_per_s", m.tokens_per_s, "tokens/s");
       const double err = error_pct(p.e2e_s, m.e2e_s);
       r.metric("error_pct", err, "%");
+      r.metric("ttft_error_pct", error_pct(p.ttft_s, m.ttft_s), "%");
+      if (m.tpot_s > 0) r.metric("tpot_error_pct", error_pct(p.tpot_s, m.tpot_s), "%");
       if (m.status == "ok") errors.push_back(err);
     }
     if (best) r.note = "best measured; " + r.note;
@@ -323,7 +346,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                        const Candidate* base, nlohmann::ordered_json& advice) {
     const Measured& m = *best.measured;
     const std::string sentence = fmt::format(
-        "{}: run {}. {} Measured: {}, {:+.1f}% off the prediction.", question_title(q),
+        "{}: run {}. {} Measured: {} (prediction error {:+.1f}%).", question_title(q),
         best.plan.layout.gpus() == 1 ? "one GPU" : best.plan.layout.name(),
         explain(best.plan, best.predicted, base ? base->predicted : best.predicted),
         q.workload == Workload::Latency ? fmt::format("{:.2f} ms a token, {:.1f} ms to the first",

@@ -71,7 +71,10 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
   return out;
 }
 
-// The parts of degree t from three engines: a layers with the head, b layers with it, a without.
+// The parts of degree t from three engines: a layers with the head, b layers with it, a without:
+// the head is what the first has over the third, the embedding and the step's fixed cost what
+// the first has beyond a layers (a layer from the first two's difference), a layer the rest of
+// the second's step over its b layers.
 void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std::int64_t>& micros,
                    Blocks& blocks) {
   const int gpu = ctx.gpus().front();
@@ -90,9 +93,13 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
   const auto parts = [&](double StepTimes::*f, std::int64_t micro) {
     Parts p;
     const double ta = small.at(micro).*f, tb = big.at(micro).*f, tc = headless.at(micro).*f;
-    p.layer = a == b ? ta / a : std::max(0.0, (tb - ta) / (b - a));
     p.head = std::max(0.0, ta - tc);
-    p.embed = std::max(0.0, ta - a * p.layer - p.head);
+    // The fixed part from the two sizes' difference; the layer from the larger engine alone, so
+    // that its step is reproduced exactly (a short step can run at higher clocks than a long
+    // one, which would make the difference overstate a layer).
+    const double by_difference = a == b ? 0.0 : (tb - ta) / (b - a);
+    p.embed = std::max(0.0, ta - a * by_difference - p.head);
+    p.layer = std::max(0.0, (tb - p.head - p.embed) / b);
     return p;
   };
   for (std::int64_t micro : micros) {

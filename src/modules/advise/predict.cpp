@@ -165,4 +165,39 @@ nlohmann::ordered_json Blocks::to_json() const {
           {"transfer", tr}};
 }
 
+Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
+  const auto number = [](const nlohmann::ordered_json& o, const char* key, bool positive) {
+    if (!o.is_object() || !o.contains(key) || !o[key].is_number())
+      throw InputError(fmt::format("building blocks: '{}' missing or not a number", key));
+    const double v = o[key].get<double>();
+    if (!(positive ? v > 0 : v >= 0) || !std::isfinite(v))
+      throw InputError(fmt::format("building blocks: '{}' is {}", key, v));
+    return v;
+  };
+  const auto array = [&](const char* key) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_array())
+      throw InputError(fmt::format("building blocks: no '{}' list", key));
+    return j[key];
+  };
+  Blocks b;
+  for (const char* phase : {"prefill", "decode_first", "decode_last"}) {
+    auto& into = std::string(phase) == "prefill"        ? b.prefill
+                 : std::string(phase) == "decode_first" ? b.decode_first
+                                                        : b.decode_last;
+    for (const auto& e : array(phase)) {
+      const Key key{static_cast<int>(number(e, "tp", true)),
+                    static_cast<std::int64_t>(number(e, "sequences", true))};
+      into[key] = {number(e, "layer_s", true), number(e, "embed_s", false),
+                   number(e, "head_s", false)};
+    }
+  }
+  for (const auto& e : array("all_reduce"))
+    b.all_reduce_s[{static_cast<int>(number(e, "ranks", true)),
+                    static_cast<std::uint64_t>(number(e, "bytes", true))}] =
+        number(e, "seconds", true);
+  for (const auto& e : array("transfer"))
+    b.transfer_s[static_cast<std::uint64_t>(number(e, "bytes", true))] = number(e, "seconds", true);
+  return b;
+}
+
 }  // namespace gpubench::advise

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/runs.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 
@@ -77,6 +78,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   if (o.top < 0 || o.top > kMaxTop)
     throw InputError(fmt::format("--top: {} is outside 0..{}", o.top, kMaxTop));
   s.top = o.top;
+  s.from = trim(o.from);
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));
   s.timeout_s = o.timeout;
@@ -95,7 +97,28 @@ nlohmann::ordered_json Settings::to_json() const {
           {"memory_bytes", memory_bytes},
           {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
           {"top", top},
+          {"from", from},
           {"timeout_s", timeout_s}};
+}
+
+Blocks blocks_from_run(const std::string& path, const Settings& s) {
+  for (const Report& r : read_run(path, "--from").reports) {
+    if (r.module != "advise") continue;
+    const nlohmann::ordered_json mine = s.to_json();
+    for (const char* key : {"layers", "prompt", "output_len", "dtype"})
+      if (r.config.value(key, nlohmann::ordered_json()) != mine[key])
+        throw InputError(fmt::format("--from: {} ran {} {}, this run {}", path, key,
+                                     r.config.value(key, nlohmann::ordered_json()).dump(),
+                                     mine[key].dump()));
+    const auto model = r.config.value("model", nlohmann::ordered_json::object());
+    if (model.value("name", "") != s.model.name || model != mine["model"])
+      throw InputError(fmt::format("--from: {} ran model {}, this run {}", path,
+                                   model.value("name", "?"), s.model.name));
+    if (!r.extra.contains("blocks"))
+      throw InputError(fmt::format("--from: {}'s advise report holds no building blocks", path));
+    return Blocks::from_json(r.extra["blocks"]);
+  }
+  throw InputError(fmt::format("--from: {} holds no advise report", path));
 }
 
 }  // namespace gpubench::advise

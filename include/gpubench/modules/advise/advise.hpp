@@ -50,6 +50,7 @@ struct Options {
   int layers = 0;               // > 0: only this many decoder layers
   std::string dtype = "bf16";
   int top = 3;           // layouts run besides the one-GPU baseline, per workload and batch
+  std::string from;      // an earlier advise run whose building blocks are used
   double timeout = 600;  // seconds without progress before a stuck run ends
 };
 
@@ -63,6 +64,7 @@ struct Settings {
   ActDtype dtype = ActDtype::BF16;
   int elem_bytes = 2;
   int top = 3;
+  std::string from;  // "" or the run (folder or report) whose blocks replace the calibration
   double timeout_s = 600;
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   nlohmann::ordered_json to_json() const;
@@ -128,7 +130,14 @@ struct Blocks {
   std::map<std::pair<int, std::uint64_t>, double> all_reduce_s;
   std::map<std::uint64_t, double> transfer_s;
   nlohmann::ordered_json to_json() const;
+  // The inverse of to_json; InputError naming what is missing or not a positive number.
+  static Blocks from_json(const nlohmann::ordered_json& j);
 };
+
+// The blocks of an earlier advise run (a folder or report, core/runs.hpp's read_run), for
+// --from. InputError "--from: ..." when it holds no advise report or no blocks, or was run with
+// another model, layer count, dtype, prompt or output length than `s`.
+Blocks blocks_from_run(const std::string& path, const Settings& s);
 
 // What the blocks must hold for a plan: its compute keys, all-reduce sizes and transfer sizes.
 struct Needs {
