@@ -24,7 +24,7 @@ constexpr int kGraphRepeats = 16;
 
 // One engine's step times for every microbatch size of a degree: decode steps at the first and
 // the last context of the generation (graphs, back to back as a generation runs them), and
-// prefill (prefill_after_decode).
+// prefill (prefill_as_generated).
 struct StepTimes {
   double prefill = 0, decode_first = 0, decode_last = 0;
 };
@@ -35,13 +35,15 @@ std::pair<int, int> engine_layers(int model_layers) {
   return {std::max(1, big / 4), big};
 }
 
-// A prefill as a generation meets it: after decode steps (about 50 ms of them), not after
-// other prefills. Back to back, long prefills hold a GPU at its power cap and run at lower
-// clocks than the one prefill of a generation does (one H100, llama-2-70b cut to 16 layers:
-// TTFT predicted 12% long). The median of 7 (quick 3), each after its decode steps.
-double prefill_after_decode(Context& ctx, model::Transformer& engine, const CudaGraph& decode,
-                            double decode_s, const std::int32_t* ids, int b, int n, int gpu,
-                            cudaStream_t st) {
+// A prefill as a generation meets it: after decode steps (about 50 ms of them), and as long as
+// the whole model's (`chain` prefills of this engine back to back, the time of one returned). A
+// GPU at its power cap runs a short burst of work at higher clocks than a long one: timed back to
+// back, prefills ran at the capped clocks (one H100, llama-2-70b cut to 16 layers: TTFT
+// predicted 12% long), timed alone after decode steps at the burst's (llama-2-7b, 8 sequences:
+// 8% short). The median of 7 (quick 3).
+double prefill_as_generated(Context& ctx, model::Transformer& engine, const CudaGraph& decode,
+                            double decode_s, int chain, const std::int32_t* ids, int b, int n,
+                            int gpu, cudaStream_t st) {
   const int lead = static_cast<int>(std::clamp(0.05 / std::max(decode_s, 1e-6), 8.0, 512.0));
   Event begin(gpu), end(gpu);
   std::vector<double> times;
@@ -49,10 +51,10 @@ double prefill_after_decode(Context& ctx, model::Transformer& engine, const Cuda
   for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
     for (int k = 0; k < lead; ++k) decode.launch(st);
     begin.record(st);
-    engine.prefill(ids, b, n, st);
+    for (int k = 0; k < chain; ++k) engine.prefill(ids, b, n, st);
     end.record(st);
     end.synchronize();
-    if (r > 0) times.push_back(end.seconds_since(begin));
+    if (r > 0) times.push_back(end.seconds_since(begin) / chain);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -91,7 +93,8 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
                   .median_s();
       if (context == n) first = std::move(step);
     }
-    o.prefill = prefill_after_decode(ctx, engine, first, o.decode_first, ids, b, n, gpu, st);
+    const int chain = std::max(1, (s.layers + layers / 2) / layers);
+    o.prefill = prefill_as_generated(ctx, engine, first, o.decode_first, chain, ids, b, n, gpu, st);
   }
   return out;
 }
