@@ -17,6 +17,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/report.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 #include "input_error.hpp"
@@ -304,6 +305,39 @@ TEST(AdvisePredict, OneGpu) {
   expect_rel(r.tokens_per_s, 1 * 5 / 0.035288);
   EXPECT_EQ(r.comm_s, 0.0);
   expect_rel(r.compute_s + r.comm_s + r.wait_s, r.e2e_s);
+}
+
+// The rooflines of the busiest GPU: one GPU reads every layer's bytes and the ends in a decode
+// step, half a layer's at tp=2 (the head whole); the finding states them against the peaks only
+// when the peaks are known.
+TEST(AdvisePredict, RooflinesOfTheBusiestGpu) {
+  const Settings s = small_settings();
+  Blocks b;
+  for (int t : {1, 2}) {
+    b.prefill[{t, 1}] = {1e-3, 2e-4, 5e-4};
+    b.decode_first[{t, 1}] = {1e-5, 2e-6, 3e-6};
+    b.decode_last[{t, 1}] = {3e-5, 4e-6, 5e-6};
+  }
+  b.all_reduce_s[{2, 131072}] = 7e-5;
+  b.all_reduce_s[{2, 8192}] = 1.1e-5;
+  const Plan one = plan_of(s, Layout{1, 1, 1}, Workload::Latency, 1);
+  const Plan two = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1);
+  const Prediction a = predict(s, one, b), c = predict(s, two, b);
+  const model::ModelCost dec =
+      model::model_cost(s.model, model::Phase::Decode, 1, 1, s.prompt + 1, s.elem_bytes);
+  const double layer = model::totals(dec.layer).bytes;
+  const double ends = dec.total.bytes - 32 * layer;
+  expect_rel(a.decode_bytes, dec.total.bytes);
+  expect_rel(c.decode_bytes, 32 * layer / 2 + ends);
+  expect_rel(a.decode_compute_s, a.tpot_s);  // nothing else on one GPU
+  expect_rel(a.prefill_compute_s, a.ttft_s);
+  EXPECT_LT(c.decode_compute_s, c.tpot_s);  // the all-reduces left out
+  const std::string plain = explain(one, a, a);
+  EXPECT_FALSE(contains(plain, "HBM peak"));
+  const std::string full = explain(one, a, a, 3350, 989);
+  EXPECT_TRUE(contains(full, "of the HBM peak")) << full;
+  EXPECT_TRUE(contains(full, "of the dense peak")) << full;
+  EXPECT_TRUE(contains(explain(two, c, a), "against")) << explain(two, c, a);
 }
 
 // tp=2: 2 L = 64 all-reduces a step, prefill's of 131072 bytes (7e-5 s), decode's of 8192

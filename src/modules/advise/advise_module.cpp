@@ -11,9 +11,11 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
+#include "gpubench/core/peaks.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/runs.hpp"
+#include "gpubench/core/system.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 
@@ -127,6 +129,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   Report run(Context& ctx) override {
     const Settings s = resolve_settings(opts_, ctx.quick());
+    rooflines(ctx, s);
     if (!s.from.empty()) (void)blocks_from_run(s.from, s);  // a run that does not match: bad input
     effective_ = s;
     Report report;
@@ -154,6 +157,19 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   }
 
  private:
+  // The first GPU's HBM bandwidth and dense peak in the run's dtype, for the findings (0 when
+  // unknown: the sentence leaves the rooflines out).
+  double hbm_GBps = 0, peak_tflops = 0;
+  void rooflines(Context& ctx, const Settings& s) {
+    hbm_GBps = peak_tflops = 0;
+    if (const GpuInfo* info = ctx.system().gpu(ctx.gpus().front())) {
+      hbm_GBps = info->hbm_GBps_theoretical();
+      if (auto spec = find_peak_spec(info->name, info->cc_major, info->cc_minor, info->sm_count,
+                                     info->sm_clock_max_MHz))
+        peak_tflops = spec->peak(s.dtype == ActDtype::BF16 ? "bf16" : "fp16").value_or(0.0);
+    }
+  }
+
   // Every layout of the GPUs (and one GPU alone) for every workload and batch, planned with
   // balancing by bytes; those that cannot run are dropped with why.
   std::vector<Question> plan_all(Context& ctx, const Settings& s, int gpus) {
@@ -225,9 +241,21 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         progress::next(
             fmt::format("{}, batch {}: {}", to_string(q.workload), q.batch, c.plan.layout.name()));
         auto watchdog = ctx.watchdog("advise", s.timeout_s);
-        if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
-          c.measured = run_generation(ctx, s, c.plan, *group, refs);
-        ctx.publish(report);
+        try {
+          if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
+            c.measured = run_generation(ctx, s, c.plan, *group, refs);
+        } catch (const InputError&) {
+          throw;
+        } catch (const std::exception& e) {
+          // One layout that breaks (out of memory, a GPU error) is reported as failed; a stuck
+          // one is the watchdog's, which writes the report published here.
+          c.measured = Measured{};
+          c.measured->status = "failed";
+          c.measured->note = e.what();
+        }
+        Report partial = report;
+        assemble(s, questions, partial);
+        ctx.publish(partial);
       }
       confirm_across_layouts(q);
     }
@@ -342,13 +370,14 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                                            : fmt::format("Throughput at {} sequences", q.batch);
   }
 
-  static void headline(Report& report, const Question& q, const Candidate& best,
-                       const Candidate* base, nlohmann::ordered_json& advice) {
+  void headline(Report& report, const Question& q, const Candidate& best, const Candidate* base,
+                nlohmann::ordered_json& advice) const {
     const Measured& m = *best.measured;
     const std::string sentence = fmt::format(
         "{}: run {}. {} Measured: {} (prediction error {:+.1f}%).", question_title(q),
         best.plan.layout.gpus() == 1 ? "one GPU" : best.plan.layout.name(),
-        explain(best.plan, best.predicted, base ? base->predicted : best.predicted),
+        explain(best.plan, best.predicted, base ? base->predicted : best.predicted, hbm_GBps,
+                peak_tflops),
         q.workload == Workload::Latency ? fmt::format("{:.2f} ms a token, {:.1f} ms to the first",
                                                       m.tpot_s * 1e3, m.ttft_s * 1e3)
                                         : fmt::format("{:.0f} tokens/s", m.tokens_per_s),

@@ -7,6 +7,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/model/cost.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 
 namespace gpubench::advise {
@@ -30,6 +31,27 @@ Parts mean(const Parts& a, const Parts& b) {
 std::uint64_t hidden_bytes(const Settings& s, const Plan& p, bool prefill) {
   return static_cast<std::uint64_t>(p.micro) * (prefill ? s.prompt : 1) *
          static_cast<std::uint64_t>(s.model.hidden_size) * s.elem_bytes;
+}
+
+// One GPU's share of a layer's decode bytes and prefill FLOPs at tp (weights, KV cache and
+// FLOPs split over the ranks; activations, small, left whole), and of the ends (not split).
+struct StageWork {
+  double layer_bytes = 0, embed_bytes = 0, head_bytes = 0, layer_flops = 0, head_flops = 0;
+};
+StageWork stage_work(const Settings& s, const Plan& p) {
+  const std::int64_t mean_context = s.prompt + (s.output_len - 2) / 2;
+  const model::ModelCost dec =
+      model::model_cost(s.model, model::Phase::Decode, p.micro, 1, mean_context, s.elem_bytes);
+  const model::ModelCost pre =
+      model::model_cost(s.model, model::Phase::Prefill, p.micro, s.prompt, 0, s.elem_bytes);
+  StageWork w;
+  w.layer_bytes = model::totals(dec.layer).bytes / p.layout.tp;
+  w.layer_flops = model::totals(pre.layer).flops / p.layout.tp;
+  for (const model::OpCost& op : dec.outside_layers)
+    (op.name == "final_norm" || op.name == "lm_head" ? w.head_bytes : w.embed_bytes) += op.bytes;
+  for (const model::OpCost& op : pre.outside_layers)
+    if (op.name == "final_norm" || op.name == "lm_head") w.head_flops += op.flops;
+  return w;
 }
 
 }  // namespace
@@ -85,6 +107,7 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   const double x_tok = transfer(static_cast<std::uint64_t>(p.micro) * kTokenBytes);
   const double steps = static_cast<double>(s.output_len - 1), m = p.m;
 
+  const StageWork work = stage_work(s, p);
   double sum_f = 0, max_f = x_pre, sum_d = 0, max_d = 0, busiest = -1;
   Prediction out;
   for (int k = 0; k < l.pp; ++k) {
@@ -103,6 +126,12 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
       busiest = busy;
       out.comm_s = m * comm_f + steps * m * comm_d;
       out.compute_s = busy - out.comm_s;
+      const bool first = k == 0, last = k == l.pp - 1;
+      out.decode_bytes =
+          layers * work.layer_bytes + (first ? work.embed_bytes : 0) + (last ? work.head_bytes : 0);
+      out.decode_compute_s = d - comm_d;
+      out.prefill_flops = layers * work.layer_flops + (last ? work.head_flops : 0);
+      out.prefill_compute_s = f - comm_f;
     }
   }
   out.ttft_s = sum_f + (l.pp - 1) * x_pre + (m - 1) * max_f;
@@ -119,7 +148,8 @@ double error_pct(double predicted, double measured) {
   return 100.0 * (predicted - measured) / measured;
 }
 
-std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline) {
+std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline,
+                    double hbm_GBps, double peak_tflops) {
   const double busy = pred.compute_s + pred.comm_s + pred.wait_s;
   const auto share = [&](double x) { return busy > 0 ? 100.0 * x / busy : 0.0; };
   const std::string split =
@@ -136,10 +166,25 @@ std::string explain(const Plan& p, const Prediction& pred, const Prediction& bas
           : fmt::format(
                 " against {:.0f} on one GPU ({:.2f}x)", baseline.tokens_per_s,
                 baseline.tokens_per_s > 0 ? pred.tokens_per_s / baseline.tokens_per_s : 0.0);
+  std::string roofline;
+  if (hbm_GBps > 0 && pred.decode_compute_s > 0) {
+    const double GBps = pred.decode_bytes / pred.decode_compute_s / 1e9;
+    roofline = fmt::format(
+        " A decode step reads {:.2f} GB on its busiest GPU in {:.2f} ms ({:.2f} "
+        "TB/s, {:.0f}% of the HBM peak)",
+        pred.decode_bytes / 1e9, pred.decode_compute_s * 1e3, GBps / 1e3, 100 * GBps / hbm_GBps);
+    if (peak_tflops > 0 && pred.prefill_compute_s > 0) {
+      const double tflops = pred.prefill_flops / pred.prefill_compute_s / 1e12;
+      roofline += fmt::format("; prefill computes at {:.0f} TFLOP/s ({:.0f}% of the dense peak)",
+                              tflops, 100 * tflops / peak_tflops);
+    }
+    roofline += ".";
+  }
   if (p.workload == Workload::Latency)
-    return fmt::format("Predicted {:.2f} ms a token and {:.1f} ms to the first{}; {}.",
-                       pred.tpot_s * 1e3, pred.ttft_s * 1e3, against, split);
-  return fmt::format("Predicted {:.0f} tokens/s{}; {}.", pred.tokens_per_s, against, split);
+    return fmt::format("Predicted {:.2f} ms a token and {:.1f} ms to the first{}; {}.{}",
+                       pred.tpot_s * 1e3, pred.ttft_s * 1e3, against, split, roofline);
+  return fmt::format("Predicted {:.0f} tokens/s{}; {}.{}", pred.tokens_per_s, against, split,
+                     roofline);
 }
 
 nlohmann::ordered_json Blocks::to_json() const {

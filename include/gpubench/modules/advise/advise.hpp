@@ -157,6 +157,11 @@ struct Prediction {
   // The busiest rank's time over the generation: computing, in tensor-parallel all-reduces,
   // and waiting (e2e - the two: pipeline bubbles and stage-to-stage transfers).
   double compute_s = 0, comm_s = 0, wait_s = 0;
+  // What one GPU of the busiest stage does, for the rooflines: a decode step's HBM bytes (its
+  // share of the weights and of the KV cache at the mean context, model::layer_ops over tp; the
+  // head and embedding whole) in decode_compute_s, and a microbatch's prefill FLOPs in
+  // prefill_compute_s (both without the all-reduces).
+  double decode_bytes = 0, decode_compute_s = 0, prefill_flops = 0, prefill_compute_s = 0;
 };
 // The plan's generation from the blocks. Per stage k (its layers L_k, the parts of its tp
 // degree and microbatch): prefill F_k = L_k layer + embed (first) + head (last) + 2 L_k
@@ -174,7 +179,11 @@ double error_pct(double predicted, double measured);
 // GPU's time goes to ("Predicted 2.61 ms a token and 9.8 ms to the first against 7.90 and 30.1
 // on one GPU; its busiest GPU computes 81% of the time, spends 15% in tensor-parallel
 // all-reduces and 4% waiting on other stages.").
-std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline);
+// With the GPU's HBM bandwidth (GB/s) and dense peak (TFLOP/s) known (> 0), a second sentence
+// on the rooflines: "A decode step reads 3.37 GB on its busiest GPU in 1.21 ms (2.79 TB/s, 83%
+// of the HBM peak); prefill computes at 612 TFLOP/s (62% of the dense peak)."
+std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline,
+                    double hbm_GBps = 0, double peak_tflops = 0);
 
 // ---------------------------------------------------------------------------------------------
 // On the GPUs
