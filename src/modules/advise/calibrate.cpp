@@ -166,6 +166,9 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
         m = group->measure(self, move, mo);
       } else {
         const std::size_t elems = bytes / 2;
+        // Once eagerly first: NCCL sets up its connections outside the capture.
+        GPB_NCCL_CHECK(ncclAllReduce(buf.get(), buf.get(), elems, type, ncclSum, comm.get(), st));
+        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         CudaGraph graph;
         graph.capture(st, [&](cudaStream_t s2) {
           for (int i = 0; i < kGraphRepeats; ++i)
