@@ -10,6 +10,7 @@
 #include "gpubench/core/gemm.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/model/transformer.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 #include "rig.hpp"
 
@@ -95,6 +96,36 @@ TEST(AdviseGpu, AWrongReferenceFailsTheRun) {
   EXPECT_EQ(m.status, "failed");
   EXPECT_GT(m.check_error, 0.1);
   EXPECT_NE(m.note.find("last logits differ"), std::string::npos) << m.note;
+}
+
+// A model whose one-GPU reference does not fit (here: --memory below the 4-layer reference) is
+// checked cut down to the most layers whose reference fits, then held against itself: the next
+// layout of the same shapes is checked against the first one's full logits.
+TEST(AdviseGpu, AModelTooLargeForOneGpuIsCheckedCutDown) {
+  Rig rig(1);
+  Settings s = small();
+  const std::size_t ws = gemm_workspace_bytes(compute_capability_major(0));
+  const auto reference_bytes = [&](int layers) {
+    model::EngineOptions eo;
+    eo.layers = layers;
+    eo.max_batch = 1;
+    eo.max_tokens = eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
+    return model::engine_memory(s.model, eo, ws).total() + parallel::kMemoryReserve;
+  };
+  s.memory_bytes = reference_bytes(3);  // 3 layers fit, the model's 4 do not
+  RankGroup group(rig.gpus);
+  References refs;
+  const Plan p = plan_of(s, Layout{}, Workload::Latency, 1);
+  const Measured first = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(first.status, "ok") << first.note;
+  EXPECT_EQ(first.cut_layers, 3);
+  EXPECT_LT(first.cut_error, 0.1);
+  EXPECT_GT(first.cut_error, 0.0);  // the two paths round differently
+  EXPECT_EQ(first.checked_by, "one GPU, cut to 3 layers");
+  const Measured second = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(second.status, "ok") << second.note;
+  EXPECT_EQ(second.checked_by, "layout dp=1");
+  EXPECT_LT(second.check_error, 0.1);
 }
 
 TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {

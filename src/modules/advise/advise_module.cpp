@@ -351,6 +351,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         m.note.empty() && !m.checked_by.empty()
             ? fmt::format("checked against {} (relative error {:.3g})", m.checked_by, m.check_error)
             : m.note;
+    if (m.cut_layers > 0 && m.status != "failed")
+      r.note += fmt::format("; cut to {} layers: {:.3g} from one GPU", m.cut_layers, m.cut_error);
     if (m.e2e_s > 0) {
       r.metric("ttft_ms", m.ttft_s * 1e3, "ms");
       r.metric("tpot_ms", m.tpot_s * 1e3, "ms");

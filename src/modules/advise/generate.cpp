@@ -233,6 +233,79 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// What rank 0's GPU may hold for a one-GPU reference: its free memory, within --memory.
+std::uint64_t reference_room(const Settings& s) {
+  std::size_t free_b = 0, total_b = 0;
+  GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return s.memory_bytes > 0 ? std::min<std::uint64_t>(free_b, s.memory_bytes) : free_b;
+}
+
+bool reference_fits(const Settings& s, std::int64_t micro, std::size_t ws, std::uint64_t room) {
+  return model::engine_memory(s.model, whole_options(s, micro), ws).total() +
+             parallel::kMemoryReserve <=
+         room;
+}
+
+// The check's verdict: a cut-down run off its one-GPU reference fails; so does the full run off
+// its reference; a full run with no reference is ok when its cut-down one passed (its shards and
+// stages were checked against one GPU), else unchecked until a later layout agrees with it.
+void settle_check(Measured& out) {
+  const bool cut_ok = out.cut_layers > 0 && out.cut_error <= kCheckLimit;
+  if (out.cut_layers > 0 && !cut_ok) {
+    out.status = "failed";
+    out.note = fmt::format(
+        "cut to {} layers, last logits differ from one GPU's: relative error "
+        "{:.3g} (limit {})",
+        out.cut_layers, out.cut_error, kCheckLimit);
+  } else if (!out.checked_by.empty() && !(out.check_error <= kCheckLimit)) {
+    out.status = "failed";
+    out.note = fmt::format("last logits differ from {}: relative error {:.3g} (limit {})",
+                           out.checked_by, out.check_error, kCheckLimit);
+  } else if (out.checked_by.empty() && cut_ok) {
+    out.checked_by = fmt::format("one GPU, cut to {} layers", out.cut_layers);
+    out.check_error = out.cut_error;
+  } else if (out.checked_by.empty()) {
+    out.status = "unchecked";
+    out.note =
+        "no reference: the model does not fit one GPU; the layouts after it are held "
+        "against this one";
+  }
+}
+
+// The layout cut to the most layers whose one-GPU reference fits (at least one a stage), one
+// generation against that reference: a model too large for one GPU still has its shards and
+// stages checked against one GPU. Every rank calls it; rank 0 decides the cut and makes the
+// reference (`shared`, read by the checking rank). Returns (cut layers, relative error on the
+// checking rank, 0 elsewhere); (0, 0) when no cut fits.
+std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const Tokens& t, Rank& self,
+                                      RankGroup& group, std::size_t ws,
+                                      std::vector<double>& shared) {
+  int cut = 0;
+  if (self.rank == 0) {
+    const std::uint64_t room = reference_room(s);
+    for (int l = s.layers - 1; l >= p.layout.pp && cut == 0; --l) {
+      Settings c = s;
+      c.layers = l;
+      if (reference_fits(c, p.micro, ws, room)) cut = l;
+    }
+  }
+  group.broadcast(self.rank, &cut, sizeof cut);
+  if (cut == 0) return {0, 0.0};
+  Settings c = s;
+  c.layers = cut;
+  Plan q = p;
+  q.stage_layers = parallel::balance_stages(std::vector<double>(static_cast<std::size_t>(cut), 1.0),
+                                            p.layout.pp, 0, 0);
+  if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
+  group.barrier();
+  RankRun run(c, q, self, group, t);
+  group.barrier();
+  (void)run.generate(true);
+  const double error = run.checks() ? model::relative_l2(run.saved(), shared) : 0.0;
+  group.barrier();
+  return {cut, error};
+}
+
 }  // namespace
 
 Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
@@ -241,6 +314,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
   const auto key = std::make_tuple(p.micro, s.prompt, s.output_len);
   const Tokens tokens = token_ids(s, p);
   const int reps = ctx.quick() ? 1 : 3;
+  std::vector<double> cut_reference;  // rank 0's, read by the checking rank
   group.run([&](Rank& self) {
     cudaStream_t st = self.stream->get();
     const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
@@ -248,13 +322,12 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
         rank_engine_options(s, p, parallel::Place::of(p.layout, self.rank).stage,
                             parallel::Place::of(p.layout, self.rank).trank);
     std::uint64_t need = model::engine_memory(s.model, eo, ws).total();
-    const std::uint64_t whole =
-        model::engine_memory(s.model, whole_options(s, p.micro), ws).total();
-    std::size_t free_b = 0, total_b = 0;
-    GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const bool make_ref =
-        self.rank == 0 && !refs.count(key) && whole + parallel::kMemoryReserve <= free_b;
-    if (make_ref) need = std::max(need, whole);
+        self.rank == 0 && !refs.count(key) && reference_fits(s, p.micro, ws, reference_room(s));
+    const bool too_big =
+        group.any(self.rank, self.rank == 0 && !reference_fits(s, p.micro, ws, reference_room(s)));
+    if (make_ref)
+      need = std::max(need, model::engine_memory(s.model, whole_options(s, p.micro), ws).total());
     if (const std::string why = parallel::agreed_memory_check(group, self.rank, need);
         !why.empty()) {
       if (self.rank == 0) {
@@ -266,6 +339,14 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     if (make_ref)
       refs[key] = {whole_stream_logits(s, p, tokens, self.device, st),
                    "a prefill of the whole stream on one GPU"};
+    if (too_big) {
+      const auto [cut, cut_error] = check_cut_down(s, p, tokens, self, group, ws, cut_reference);
+      const auto cut_errors = group.all_gather(self.rank, cut_error);
+      if (self.rank == 0) {
+        out.cut_layers = cut;
+        out.cut_error = *std::max_element(cut_errors.begin(), cut_errors.end());
+      }
+    }
     group.barrier();
     RankRun run(s, p, self, group, tokens);
     group.barrier();
@@ -295,16 +376,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     out.check_error = *std::max_element(errors.begin(), errors.end());
     out.memory_per_gpu =
         static_cast<std::uint64_t>(*std::max_element(memory.begin(), memory.end()));
-    if (out.checked_by.empty()) {
-      out.status = "unchecked";
-      out.note =
-          "no reference: the model does not fit one GPU; the layouts after it are held "
-          "against this one";
-    } else if (!(out.check_error <= kCheckLimit)) {
-      out.status = "failed";
-      out.note = fmt::format("last logits differ from {}: relative error {:.3g} (limit {})",
-                             out.checked_by, out.check_error, kCheckLimit);
-    }
+    settle_check(out);
     if (wholes.empty()) {
       out.status = "skipped";
       out.note = "stopped before it was timed";

@@ -200,11 +200,17 @@ struct Measured {
   double ttft_s = 0, tpot_s = 0, e2e_s = 0, tokens_per_s = 0;
   double check_error = 0;  // the last step's logits against the reference, relative L2
   std::string checked_by;  // what the logits were held against
+  // A model too large for one GPU: the layout cut to `cut_layers` layers (the most whose
+  // one-GPU reference fits), its last logits against that reference (0: not run).
+  int cut_layers = 0;
+  double cut_error = 0;
   std::uint64_t memory_per_gpu = 0;
 };
 // Reference logits of the last step of microbatch 0, by (micro, prompt, output_len): a prefill
-// of the whole stream (prompt and the fed tokens) on one GPU where the model fits, else the
-// first layout that ran it.
+// of the whole stream (prompt and the fed tokens) on one GPU where the model fits (in its free
+// memory, and in --memory when given), else the first layout that ran it. A model that does not
+// fit is also checked cut down: every layout's generation with the most layers whose one-GPU
+// reference fits (at least one a stage), against that reference.
 struct Reference {
   std::vector<double> logits;
   std::string source;
@@ -212,8 +218,8 @@ struct Reference {
 using References = std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, Reference>;
 // Runs plan p on `group` (p.layout.gpus() ranks, threads of one process): every rank's engine,
 // one generation checked (microbatch 0's last logits on replica 0's last stage against the
-// reference), then the generation timed (median of 3, quick 1): TTFT on the last stages, the
-// whole on every rank (the slowest).
+// reference; cut down first when the model does not fit one GPU), then the generation timed
+// (median of 3, quick 1): TTFT on the last stages, the whole on every rank (the slowest).
 Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
                         References& refs);
 
