@@ -2,7 +2,6 @@
 // blocks measured here, then the best layouts and the one-GPU baseline run end to end and
 // checked, measured beside predicted.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 // pipeline's ring. Token ids are seeded, not sampled: every step's work and its dependence on
 // the step before are a real generation's, and the result can be held against a reference.
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <memory>
