@@ -211,4 +211,16 @@ void check_gemm(const GemmCheckArgs& args, GemmCheckTally* tally, cudaStream_t s
   GPB_CHECK_LAUNCH();
 }
 
+GemmCheckTally check_gemm_now(const GemmCheckArgs& args, GemmCheckTally* tally,
+                              cudaStream_t stream) {
+  GemmCheckTally zero{};
+  zero.first_wrong = -1;
+  GPB_CUDA_CHECK(cudaMemcpyAsync(tally, &zero, sizeof zero, cudaMemcpyHostToDevice, stream));
+  check_gemm(args, tally, stream);
+  GemmCheckTally got{};
+  GPB_CUDA_CHECK(cudaMemcpyAsync(&got, tally, sizeof got, cudaMemcpyDeviceToHost, stream));
+  GPB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return got;
+}
+
 }  // namespace gpubench

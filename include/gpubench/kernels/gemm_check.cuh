@@ -17,6 +17,10 @@ namespace gpubench {
 void fill_gemm_operand(void* data, GemmElement e, std::size_t count, std::uint64_t seed,
                        cudaStream_t stream);
 
+// Entries the check covers by default: every entry of small outputs, else 16384 of them.
+inline constexpr std::uint64_t kGemmCheckAllLimit = 1ull << 20;
+inline constexpr std::uint64_t kGemmCheckSamples = 16384;
+
 // What to check: the element types (gemm_type_info), the shape and layout, the tolerance
 // (gemm_tolerance) and which entries.
 struct GemmCheckArgs {
@@ -42,8 +46,32 @@ struct GemmCheckTally {
 
 void check_gemm(const GemmCheckArgs& args, GemmCheckTally* tally, cudaStream_t stream);
 
-// Entries the check covers by default: every entry of small outputs, else 16384 of them.
-inline constexpr std::uint64_t kGemmCheckAllLimit = 1ull << 20;
-inline constexpr std::uint64_t kGemmCheckSamples = 16384;
+// The check of a GEMM of type t and shape `shape` on A, B and D: its element types
+// (gemm_type_info) and tolerance (gemm_tolerance); `entries` of them (0: every entry of outputs
+// up to kGemmCheckAllLimit, else kGemmCheckSamples seeded ones), seed 7. Inline, for the
+// modules: the kernels themselves take no host code of the core.
+inline GemmCheckArgs gemm_check_args(GemmDtype t, const GemmShape& shape, const void* a,
+                                     const void* b, const void* d, std::uint64_t entries = 0) {
+  const GemmTypeInfo& info = gemm_type_info(t);
+  GemmCheckArgs args;
+  args.a_type = info.a;
+  args.b_type = info.b;
+  args.d_type = info.d;
+  args.shape = shape;
+  args.tolerance = gemm_tolerance(t);
+  args.a = a;
+  args.b = b;
+  args.d = d;
+  const auto all = static_cast<std::uint64_t>(shape.m) * static_cast<std::uint64_t>(shape.n);
+  args.all = entries == 0 ? all <= kGemmCheckAllLimit : entries == all;
+  args.entries = entries != 0 ? entries : args.all ? all : kGemmCheckSamples;
+  args.seed = 7;
+  return args;
+}
+
+// check_gemm on `tally` zeroed first, waited for: what it found (the host's copy).
+GemmCheckTally check_gemm_now(const GemmCheckArgs& args, GemmCheckTally* tally,
+                              cudaStream_t stream);
+
 
 }  // namespace gpubench

@@ -307,30 +307,9 @@ const Candidate* GpuBench::Impl::first_verified(const std::vector<Candidate>& ca
 CheckResult GpuBench::Impl::verify(const GemmPlan& plan, const GemmAlgo& algo,
                                    const OperandSets& sets) {
   const GemmShape& shape = plan.shape();
-  const GemmTypeInfo& info = gemm_type_info(plan.dtype());
   plan.run(algo, sets.a[0], sets.b[0], sets.d[0], workspace.get(), stream.get());
-  GemmCheckTally zero{};
-  zero.first_wrong = -1;
-  GPB_CUDA_CHECK(
-      cudaMemcpyAsync(tally.get(), &zero, sizeof(zero), cudaMemcpyHostToDevice, stream.get()));
-  GemmCheckArgs args;
-  args.a_type = info.a;
-  args.b_type = info.b;
-  args.d_type = info.d;
-  args.shape = shape;
-  args.tolerance = gemm_tolerance(plan.dtype());
-  args.a = sets.a[0];
-  args.b = sets.b[0];
-  args.d = sets.d[0];
-  const auto entries = static_cast<std::uint64_t>(shape.m) * static_cast<std::uint64_t>(shape.n);
-  args.all = entries <= kGemmCheckAllLimit;
-  args.entries = args.all ? entries : kGemmCheckSamples;
-  args.seed = 7;
-  check_gemm(args, tally.as<GemmCheckTally>(), stream.get());
-  GemmCheckTally got{};
-  GPB_CUDA_CHECK(
-      cudaMemcpyAsync(&got, tally.get(), sizeof(got), cudaMemcpyDeviceToHost, stream.get()));
-  stream.synchronize();
+  const GemmCheckArgs args = gemm_check_args(plan.dtype(), shape, sets.a[0], sets.b[0], sets.d[0]);
+  const GemmCheckTally got = check_gemm_now(args, tally.as<GemmCheckTally>(), stream.get());
   CheckResult r;
   r.checked = got.checked;
   r.wrong = got.wrong;

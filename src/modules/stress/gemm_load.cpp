@@ -150,26 +150,9 @@ bool GemmLoad::Impl::same_bits(DtypeState& s, const DeviceBuffer& out) {
 
 // Sampled entries of the golden copy recomputed in fp64 (gemm_check.cuh's tolerance).
 void GemmLoad::Impl::reference_check(DtypeState& s) {
-  const GemmTypeInfo& info = gemm_type_info(s.dtype);
-  GemmCheckTally zero{};
-  zero.first_wrong = -1;
-  GPB_CUDA_CHECK(
-      cudaMemcpyAsync(check_tally(), &zero, sizeof zero, cudaMemcpyHostToDevice, stream));
-  GemmCheckArgs args;
-  args.a_type = info.a;
-  args.b_type = info.b;
-  args.d_type = info.d;
-  args.shape = s.plan.shape();
-  args.tolerance = gemm_tolerance(s.dtype);
-  args.a = s.a.get();
-  args.b = s.b.get();
-  args.d = s.golden.get();
-  args.entries = kGemmCheckSamples;
-  args.seed = 7;
-  check_gemm(args, check_tally(), stream);
-  GemmCheckTally got{};
-  GPB_CUDA_CHECK(cudaMemcpyAsync(&got, check_tally(), sizeof got, cudaMemcpyDeviceToHost, stream));
-  stream.synchronize();
+  const GemmCheckArgs args = gemm_check_args(s.dtype, s.plan.shape(), s.a.get(), s.b.get(),
+                                             s.golden.get(), kGemmCheckSamples);
+  const GemmCheckTally got = check_gemm_now(args, check_tally(), stream);
   s.out.reference_ok = got.checked == args.entries && got.wrong == 0;
   if (!s.out.reference_ok)
     s.out.reference_note =
