@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -43,6 +44,13 @@ struct Question {
 bool better(Workload w, const Prediction& a, const Prediction& b) {
   return w == Workload::Latency ? a.e2e_s < b.e2e_s : a.tokens_per_s > b.tokens_per_s;
 }
+
+// What the plans are made for: the first GPU's compute capability (its cuBLASLt workspace) and
+// what a GPU may hold, read once before anything is measured.
+struct GpuRoom {
+  int cc_major = 0;
+  std::uint64_t bytes = 0;
+};
 
 // The smallest free memory of the selected GPUs, or --memory.
 std::uint64_t gpu_bytes(const Settings& s, const std::vector<int>& gpus) {
@@ -129,22 +137,25 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   Report run(Context& ctx) override {
     const Settings s = resolve_settings(opts_, ctx.quick());
     rooflines(ctx, s);
-    if (!s.from.empty()) (void)blocks_from_run(s.from, s);  // a run that does not match: bad input
+    // A run that does not match is bad input: read before anything is measured.
+    const std::optional<Blocks> earlier =
+        s.from.empty() ? std::nullopt : std::optional<Blocks>(blocks_from_run(s.from, s));
     effective_ = s;
     Report report;
     report.module = name();
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
     const int gpus = static_cast<int>(ctx.gpus().size());
-    std::vector<Question> questions = plan_all(ctx, s, gpus);
+    const GpuRoom room{compute_capability_major(ctx.gpus().front()), gpu_bytes(s, ctx.gpus())};
+    std::vector<Question> questions = plan_all(s, gpus, room);
     std::vector<Needs> needs;
     for (const Question& q : questions)
       for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
     progress::next("calibration: compute, all-reduces, transfers");
-    const Blocks blocks = s.from.empty() ? calibrate(ctx, s, merge(needs)) : blocks_from_run(s.from, s);
+    const Blocks blocks = earlier ? *earlier : calibrate(ctx, s, merge(needs));
     if (!s.from.empty()) report.warn(fmt::format("building blocks taken from {}", s.from));
     report.extra["blocks"] = blocks.to_json();
-    predict_all(ctx, s, blocks, questions);
+    predict_all(s, blocks, room, questions);
     verify(ctx, s, questions, report);
     assemble(s, questions, report);
     return report;
@@ -171,11 +182,9 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   // Every layout of the GPUs (and one GPU alone) for every workload and batch, planned with
   // balancing by bytes; those that cannot run are dropped with why.
-  std::vector<Question> plan_all(Context& ctx, const Settings& s, int gpus) {
+  std::vector<Question> plan_all(const Settings& s, int gpus, const GpuRoom& room) {
     std::vector<Layout> layouts = parallel::every_layout(gpus, s.model);
     if (gpus > 1) layouts.insert(layouts.begin(), Layout{});
-    const int cc = compute_capability_major(ctx.gpus().front());
-    const std::uint64_t bytes = gpu_bytes(s, ctx.gpus());
     std::vector<Question> out;
     for (Workload w : s.workloads)
       for (std::int64_t batch :
@@ -185,7 +194,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         q.batch = batch;
         for (const Layout& l : layouts) {
           Candidate c;
-          c.plan = make_plan(s, l, w, batch, parts_by_bytes(s), cc, bytes);
+          c.plan = make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes);
           c.baseline = l.gpus() == 1;
           if (c.plan.why_not.empty())
             q.candidates.push_back(c);
@@ -199,15 +208,14 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   // Plans again with the measured parts, predicted and ranked; candidates whose blocks could
   // not be measured are dropped.
-  void predict_all(Context& ctx, const Settings& s, const Blocks& blocks,
+  void predict_all(const Settings& s, const Blocks& blocks, const GpuRoom& room,
                    std::vector<Question>& questions) {
-    const int cc = compute_capability_major(ctx.gpus().front());
-    const std::uint64_t bytes = gpu_bytes(s, ctx.gpus());
     for (Question& q : questions) {
       std::vector<Candidate> kept;
       for (Candidate& c : q.candidates) {
-        const Plan p = make_plan(s, c.plan.layout, q.workload, q.batch,
-                                 balance_parts(s, blocks, c.plan.layout.tp), cc, bytes);
+        const Plan p =
+            make_plan(s, c.plan.layout, q.workload, q.batch,
+                      balance_parts(s, blocks, c.plan.layout.tp), room.cc_major, room.bytes);
         try {
           if (!p.why_not.empty()) throw InputError(p.why_not);
           c.plan = p;
