@@ -321,10 +321,9 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
         rank_engine_options(s, p, parallel::Place::of(p.layout, self.rank).stage,
                             parallel::Place::of(p.layout, self.rank).trank);
     std::uint64_t need = model::engine_memory(s.model, eo, ws).total();
-    const bool make_ref =
-        self.rank == 0 && !refs.count(key) && reference_fits(s, p.micro, ws, reference_room(s));
-    const bool too_big =
-        group.any(self.rank, self.rank == 0 && !reference_fits(s, p.micro, ws, reference_room(s)));
+    const bool fits = self.rank == 0 && reference_fits(s, p.micro, ws, reference_room(s));
+    const bool make_ref = fits && !refs.count(key);
+    const bool too_big = group.any(self.rank, self.rank == 0 && !fits);
     if (make_ref)
       need = std::max(need, model::engine_memory(s.model, whole_options(s, p.micro), ws).total());
     if (const std::string why = parallel::agreed_memory_check(group, self.rank, need);
