@@ -20,17 +20,29 @@
 #include "gpubench/core/peers.hpp"
 #include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/model/observe.hpp"
+#include "gpubench/model/train_stage.hpp"
 #include "gpubench/modules/pp/pp.hpp"
-#include "gpubench/modules/pp/train_stage.hpp"
 #include "gpubench/parallel/stage_links.hpp"
 
 namespace gpubench::pp {
 
 namespace {
 
+using model::TrainStage;
 using parallel::StageLinks;
 using parallel::TransferMarks;
 using parallel::Way;
+
+// Saved activations a stage holds at once along its `order`: each forward adds its chunk's slab,
+// each backward frees it.
+std::uint64_t peak_slab_bytes(const TrainStage& ts, const std::vector<Op>& order) {
+  std::uint64_t held = 0, peak = 0;
+  for (const Op& op : order) {
+    held = op.forward ? held + ts.slab_bytes(op.chunk) : held - ts.slab_bytes(op.chunk);
+    peak = std::max(peak, held);
+  }
+  return peak;
+}
 
 // What the stages of one schedule's run share.
 struct TrainingRun {
@@ -313,7 +325,7 @@ void trace_step(const TrainingRun& run, Rank& self, StepExecutor& ex, TrainStage
   }
   const auto highs = group.all_gather(self.rank, static_cast<double>(ts.pool_high()));
   const auto expected =
-      group.all_gather(self.rank, static_cast<double>(ts.peak_slab_bytes(ex.order())));
+      group.all_gather(self.rank, static_cast<double>(peak_slab_bytes(ts, ex.order())));
   const auto fixed = group.all_gather(self.rank, static_cast<double>(ts.fixed_bytes()));
   if (self.rank != 0) return;
   TransferTotals totals;
@@ -415,10 +427,11 @@ TrainingOutcome run_point(const TrainingRun& run, Rank& self, StageSetup& su, in
                  p, m, seqs);
   std::vector<int> first, count;
   stage_chunks(run, stage, su.stage_blocks, first, count);
-  TrainStage ts(run.s, self.device, first, count, stage == 0, stage == p - 1, seqs);
+  TrainStage ts(train_shape(run.s), self.device, first, count, stage == 0, stage == p - 1, seqs);
   std::vector<Op> order = stage_order(run.sch, p, m, run.v, stage);
   // Memory, before anything is allocated, agreed by every stage.
-  if (std::string why = agreed_memory_check(run.group, self.rank, ts.planned_bytes(m, order));
+  if (std::string why = agreed_memory_check(run.group, self.rank,
+                                            ts.planned_bytes(m, peak_slab_bytes(ts, order)));
       !why.empty()) {
     o.status = "skipped";
     o.note = std::move(why);

@@ -1,91 +1,92 @@
-// The work of a pipeline-parallel training stage for one microbatch: FLOPs forward and backward
-// (real gradient GEMMs; attention's backward by a stand-in of 2.5x its forward FLOPs), the
-// activations it keeps for backward, the bytes it sends to its neighbours.
+// What a pipeline's training stages are balanced by (the parts' FLOPs, or their times measured
+// on a GPU through TrainStage) and the activations a stage holds at its peak.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/measure.hpp"
+#include "gpubench/model/train_stage.hpp"
 #include "gpubench/modules/pp/pp.hpp"
 
 namespace gpubench::pp {
 
-std::vector<Linear> layer_linears(const model::ModelConfig& m) {
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
-  return {{"qkv", Q + 2 * KV, H},
-          {"attn_out", H, Q},
-          {m.gated_mlp ? "mlp_gate_up" : "mlp_up", m.gated_mlp ? 2 * I : I, H},
-          {"mlp_down", H, I}};
-}
-
-SavedRow saved_row(const model::ModelConfig& m) {
-  const std::int64_t H = m.hidden_size, Q = m.q_dim(), KV = m.kv_dim(), I = m.intermediate_size;
-  SavedRow r{};
-  r.xn = H;
-  r.qkv = 2 * H;
-  r.attn = r.qkv + Q + 2 * KV;
-  r.attention = r.attn + Q;
-  r.up = 2 * H;
-  r.act = r.up + (m.gated_mlp ? 2 * I : I);
-  r.mlp = r.act + I;
-  return r;
-}
-
-StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
-                     std::int64_t seq_len, int elem_bytes) {
-  if (layers < 1)
-    throw InputError(fmt::format("stage work: layers {} must be >= 1", layers));
-  return stage_work_blocks(m, 0, 2 * layers, last, sequences, seq_len, elem_bytes);
-}
-
-StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int blocks, bool last,
-                            std::int64_t sequences, std::int64_t seq_len, int elem_bytes) {
-  if (first_block < 0 || blocks < 1 || sequences < 1 || seq_len < 1)
-    throw InputError(fmt::format(
-        "stage work: first block {}, blocks {}, sequences {} and seq_len {} out of range",
-        first_block, blocks, sequences, seq_len));
-  if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
-    throw InputError(fmt::format("stage work: element size {} is not 1, 2 or 4", elem_bytes));
-  // Attention halves are the even blocks.
-  const int attention_halves = (first_block + blocks + 1) / 2 - (first_block + 1) / 2;
-  const int mlp_halves = blocks - attention_halves;
-  const double rows = static_cast<double>(sequences) * static_cast<double>(seq_len);
-  const std::int64_t H = m.hidden_size;
-  const std::vector<Linear> linears = layer_linears(m);  // qkv, attn_out | mlp up, mlp down
-  auto flops = [&](std::size_t a, std::size_t b) {
-    double f = 0;
-    for (std::size_t i = a; i < b; ++i) f += 2.0 * rows * linears[i].out * linears[i].in;
-    return f;
-  };
-  // Causal pairs per sequence: each query attends to itself and every earlier token.
-  const double pairs = static_cast<double>(seq_len) * static_cast<double>(seq_len + 1) / 2.0;
-  const double attention =
-      4.0 * static_cast<double>(sequences) * m.num_heads * m.head_dim * pairs;
-  StageWork w;
-  w.forward_gemm_flops = attention_halves * flops(0, 2) + mlp_halves * flops(2, linears.size());
-  w.attention_flops = attention_halves * attention;
-  w.backward_attention_flops = 2.5 * w.attention_flops;
-  w.forward_flops = w.forward_gemm_flops + w.attention_flops;
-  w.backward_flops = 2.0 * w.forward_gemm_flops + w.backward_attention_flops;
-  if (last) {  // the LM head over every position, forward and its two gradients
-    const double head = 2.0 * rows * m.vocab_size * H;
-    w.forward_flops += head;
-    w.backward_flops += 2.0 * head;
-  }
-
-  // Saved per row: saved_row's, each kind of half.
-  const SavedRow row = saved_row(m);
-  double saved = rows * static_cast<double>(attention_halves * row.attention +
-                                            mlp_halves * row.mlp) *
-                 elem_bytes;
-  if (last) saved += 2.0 * rows * static_cast<double>(H) * elem_bytes;  // final norm in and out
-  w.saved_bytes = static_cast<std::uint64_t>(saved);
-  w.transfer_bytes = static_cast<std::uint64_t>(rows * static_cast<double>(H) * elem_bytes);
-  return w;
+model::TrainShape train_shape(const Settings& s) {
+  return {s.model, s.seq_len, s.dtype == "fp16" ? ActDtype::F16 : ActDtype::BF16};
 }
 
 std::uint64_t peak_saved_bytes(const StageWork& w, int in_flight) {
   if (in_flight < 0)
     throw InputError(fmt::format("microbatches in flight {} must not be negative", in_flight));
   return w.saved_bytes * static_cast<std::uint64_t>(in_flight);
+}
+
+StageCosts training_flop_costs(const Settings& s) {
+  auto flops = [&](int blocks, bool head) {
+    const StageWork w = stage_work_blocks(s.model, 0, blocks, head, 1, s.seq_len, 2);
+    return w.forward_flops + w.backward_flops;
+  };
+  StageCosts c;
+  c.layer = flops(2, false);
+  c.attention = flops(1, false);
+  c.head = flops(2, true) - c.layer;
+  return c;
+}
+
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch,
+                                       const StageCosts& costs) {
+  if (sch == Schedule::Interleaved) {
+    // Every chunk alike: layers / (p x chunks) each (resolve_settings checked that it divides).
+    return std::vector<int>(static_cast<std::size_t>(p), 2 * (s.layers / p));
+  }
+  // The embedding on the first stage, the LM head's forward and backward on the last.
+  if (s.half_layers) return stage_blocks_from_costs(costs, s.layers, p);
+  return blocks_of_layers(stages_from_costs(costs, s.layers, p));
+}
+
+std::vector<int> training_stage_blocks(const Settings& s, int p, Schedule sch) {
+  return training_stage_blocks(s, p, sch, training_flop_costs(s));
+}
+
+StageCosts measure_training_costs(const Settings& s, int device, cudaStream_t stream) {
+  const int two = std::min(2, s.layers);
+  // The forward and backward of one sequence through a stage of the embedding, `blocks`
+  // half-layers and (with `head`) the final norm and LM head: the median of 11 after one to
+  // warm up, through the core's measurement.
+  MeasureOptions mo;
+  mo.warmup = 1;
+  mo.fixed_iters = 11;
+  mo.l2 = L2Policy::Hot;
+  Measurer measurer(device);
+  auto time_stage = [&](int blocks, bool head) {
+    model::TrainStage ts(train_shape(s), device, {0}, {blocks}, true, head, 1);
+    ts.build(1, stream);
+    DeviceBuffer out(device, ts.transfer_bytes()), grad(device, ts.transfer_bytes());
+    GPB_CUDA_CHECK(cudaMemsetAsync(grad.get(), 0, grad.bytes(), stream));
+    auto pass = [&](cudaStream_t s2, int) {
+      unsigned char* slab = ts.allocate(0, s2);
+      ts.forward(0, 0, slab, head ? nullptr : out.get(), s2);
+      ts.backward(0, slab, grad.get(), s2, false, nullptr);
+      model::TrainStage::release(slab, s2);
+    };
+    return measurer.run(stream, pass, mo).median_s();
+  };
+  const double one = time_stage(2, false), one_head = time_stage(2, true);
+  // Differences of medians: the small parts (the embedding above all) can come out a little
+  // below zero from run-to-run noise; they count as free then, and a layer as `one` at worst.
+  StageCosts c;
+  const double layer = two > 1 ? time_stage(4, true) - one_head : one;
+  c.layer = layer > 0 ? layer : one;
+  c.head = std::max(0.0, one_head - one);
+  c.embed = two > 1 ? std::max(0.0, one - c.layer) : 0.0;
+  // The attention half: 1.5 layers less 1; by the FLOPs' share where that is lost in noise.
+  const double attention = two > 1 ? time_stage(3, true) - one_head : 0.0;
+  const StageCosts by_flops = training_flop_costs(s);
+  c.attention = attention > 0 && attention < c.layer
+                    ? attention
+                    : c.layer * by_flops.attention / by_flops.layer;
+  c.measured = true;
+  return c;
 }
 
 }  // namespace gpubench::pp

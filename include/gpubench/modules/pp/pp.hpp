@@ -18,6 +18,7 @@
 #include "gpubench/core/measure.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/model/training.hpp"
 #include "gpubench/parallel/layout.hpp"
 
 namespace gpubench::pp {
@@ -223,57 +224,17 @@ using parallel::kMemoryReserve;
 // A training stage's work (training.cpp): what the GPU runner (train_run.cpp) runs for one
 // microbatch and what its measurements are compared with
 
-// A linear layer of a decoder layer: Y[rows, out] = X[rows, in] W^T.
-struct Linear {
-  std::string name;  // "qkv", "attn_out", "mlp_gate_up" (gated) or "mlp_up", "mlp_down"
-  std::int64_t out = 0, in = 0;
-};
-// The decoder layer's linear layers in forward order (no tensor parallelism).
-std::vector<Linear> layer_linears(const model::ModelConfig& m);
-
-// One microbatch through `layers` decoder layers of a stage (plus, on the last stage, the final
-// norm and the LM head of every position), rows = sequences x seq_len tokens in all
-// (microbatch sequences x seq_len):
-//   forward: 2 rows out in per linear, attention 4 x heads x head_dim x causal pairs;
-//   backward: per linear the input gradient dX = dY W and the weight gradient dW = dY^T X, twice
-//     the forward GEMM FLOPs; attention's backward stood in for by 2.5 x its forward FLOPs (a
-//     flash-attention backward recomputes the scores and runs five GEMMs to the forward's two);
-//   saved activations (what backward needs, kept from a microbatch's forward to its backward):
-//     per layer the input of each linear (normed x, attention output, post-norm x, activation),
-//     the inputs of the two norms (the layer input and the residual after attention), q, k, v
-//     and the gate/up output; on the last stage the final norm's input and output;
-//   transfer: the activations sent to the next stage (rows x hidden), or the gradient sent back.
-// The LM head's forward and gradient FLOPs count on the last stage (2 rows vocab hidden, x3).
-struct StageWork {
-  double forward_flops = 0, backward_flops = 0;
-  double forward_gemm_flops = 0, attention_flops = 0;  // parts of forward_flops
-  double backward_attention_flops = 0;                 // the stand-in, part of backward_flops
-  std::uint64_t saved_bytes = 0;                       // per microbatch in flight
-  std::uint64_t transfer_bytes = 0;                    // per microbatch, each way
-};
-// (The first stage's embedding is a lookup: no FLOPs, and nothing saved.) InputError when
-// layers < 1, sequences < 1, seq_len < 1 or elem_bytes not 1, 2 or 4.
-StageWork stage_work(const model::ModelConfig& m, int layers, bool last, std::int64_t sequences,
-                     std::int64_t seq_len, int elem_bytes);
-// Offsets, in elements of one row, of what a half-layer saves for its backward, its input
-// first: an attention half the layer input, its normed copy, q|k|v and the attention output; an
-// MLP half the residual after attention, its normed copy, the gate|up (or up) output and the
-// activation. A training stage's slabs are laid out by it, and stage_work_blocks counts by it.
-struct SavedRow {
-  std::int64_t attention, mlp;  // elements a row, each kind of half
-  std::int64_t xn, qkv, attn;   // attention half (its input at 0)
-  std::int64_t up, act;         // MLP half (its input at 0, its normed copy at xn)
-  std::int64_t of(int block) const { return block % 2 == 0 ? attention : mlp; }
-};
-SavedRow saved_row(const model::ModelConfig& m);
-// The same for `blocks` half-layers from block `first_block` on (see stage_blocks_from_costs):
-// an attention half has qkv and the output projection, attention, and saves the layer input,
-// the normed input, q k v and the attention output; an MLP half has the MLP's linears and saves
-// the residual after attention, its normed copy, the gate/up output and the activation.
-// stage_work(layers) is stage_work_blocks(0, 2 x layers). InputError also when first_block < 0
-// or blocks < 1.
-StageWork stage_work_blocks(const model::ModelConfig& m, int first_block, int blocks, bool last,
-                            std::int64_t sequences, std::int64_t seq_len, int elem_bytes);
+// Linear, layer_linears, StageWork, stage_work, stage_work_blocks, SavedRow and saved_row: the
+// training cost model of gpubench/model/training.hpp.
+using model::layer_linears;
+using model::Linear;
+using model::saved_row;
+using model::SavedRow;
+using model::stage_work;
+using model::stage_work_blocks;
+using model::StageWork;
+// What the stages of s compute on.
+model::TrainShape train_shape(const Settings& s);
 
 // Peak saved activations of a stage under a schedule: the most microbatch-chunks in flight
 // (Timeline::peak_in_flight) times one microbatch's saved bytes. GPipe holds all m, 1F1B at most
