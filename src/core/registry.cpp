@@ -19,6 +19,7 @@ ModulePtr make_seqlen_module();
 ModulePtr make_tp_module();
 ModulePtr make_pp_module();
 ModulePtr make_advise_module();
+ModulePtr make_dp_module();
 ModulePtr make_compare_module();
 ModulePtr make_check_module();
 ModulePtr make_stress_module();
@@ -33,6 +34,7 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_tp_module());
   m.push_back(make_pp_module());
   m.push_back(make_advise_module());
+  m.push_back(make_dp_module());
   m.push_back(make_compare_module());
   m.push_back(make_check_module());
   m.push_back(make_stress_module());

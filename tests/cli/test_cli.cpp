@@ -55,6 +55,14 @@ TEST(Cli, PpBadInput) {
   expect_bad_input(run("pp --model no-such-model"), "no-such-model");
 }
 
+TEST(Cli, DpBadInput) {
+  expect_bad_input(run("dp --strategy zero3"), "--strategy: 'zero3'");
+  expect_bad_input(run("dp --bucket-size 10KB"), "--bucket-size");
+  expect_bad_input(run("dp --bucket-sweep 5MB,x"), "--bucket-sweep");
+  expect_bad_input(run("dp --seq-len -2"), "--seq-len");
+  expect_bad_input(run("dp --batch-sizes 0"), "--batch-sizes");
+}
+
 TEST(Cli, TpBadInput) {
   expect_bad_input(run("tp --tp 3"), "--tp: 3 does not divide llama-2-7b's 32 attention heads");
   expect_bad_input(run("tp --tp 0"), "--tp: 0 must be at least 1");
@@ -100,7 +108,7 @@ TEST(Cli, UnmodelledModelConfigIsRefusedBeforeTheGpuCheck) {
     "max_position_embeddings": 32768, "hidden_act": "silu", "rms_norm_eps": 1e-05,
     "rope_theta": 1000000.0, "sliding_window": null, "num_local_experts": 8,
     "num_experts_per_tok": 2})");
-  for (const std::string module : {"seqlen", "tp", "pp", "matmul"}) {
+  for (const std::string module : {"seqlen", "tp", "pp", "matmul", "dp"}) {
     SCOPED_TRACE(module);
     expect_bad_input(
         run(module + " --no-files --model-config " + mixtral.string(), "CUDA_VISIBLE_DEVICES="),

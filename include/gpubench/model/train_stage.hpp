@@ -55,15 +55,6 @@ struct TrainBlock {
   DeviceBuffer norm;
 };
 
-// A parameter of the stage, in forward order: each block's input linear then its output linear,
-// then the LM head. `unit`: the block's index in the stage (chunk after chunk), the head's is
-// the number of blocks.
-struct TrainParam {
-  int unit = 0;
-  std::int64_t out = 0, in = 0;
-  std::int64_t elems() const { return out * in; }
-};
-
 // What a caller runs between the stage's units on the step's stream (data parallelism's
 // gathers of weights before a unit, its reductions of gradients after one). Units as in
 // TrainParam: blocks in forward order, the head last (its forward after the blocks', its
@@ -105,6 +96,8 @@ class TrainStage {
   void place(int i, void* w, void* grad);
   // Parameter i's initial values (what build writes for an own parameter) into `dst`.
   void init_param(int i, void* dst, cudaStream_t st) const;
+  // Parameter i's linear: its weight and gradient where they are now.
+  const TrainLinear& param(int i) const { return linear(i); }
 
   std::int64_t rows() const { return rows_; }
   std::uint64_t transfer_bytes() const {

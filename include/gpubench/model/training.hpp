@@ -13,6 +13,15 @@
 
 namespace gpubench::model {
 
+// A parameter of a training stage (TrainStage::params), in forward order: each block's input linear
+// then its output linear, then the LM head. `unit`: the block's index in the stage (chunk after
+// chunk), the head's is the number of blocks.
+struct TrainParam {
+  int unit = 0;
+  std::int64_t out = 0, in = 0;
+  std::int64_t elems() const { return out * in; }
+};
+
 // What a training step computes on: the model, the tokens of a sequence, the stored dtype.
 struct TrainShape {
   ModelConfig model;

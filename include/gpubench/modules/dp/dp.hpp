@@ -1,0 +1,180 @@
+#pragma once
+// `gpubench dp`: data-parallel training and how it scales on this machine. The synthetic
+// transformer (model::TrainStage: real forward and backward GEMMs, attention, norms) trained on
+// every selected GPU with a batch of its own, then an AdamW step over fp32 master weights, under
+// four strategies:
+//   ddp    gradients all-reduced in buckets as backward produces them (a communication stream,
+//          overlapped with the rest of backward); every rank holds and updates everything.
+//   zero1  gradients reduce-scattered in the same buckets; each rank holds the optimizer state of
+//          its shard (chunk `rank` of every bucket) and updates it; weights all-gathered after.
+//   zero2  as zero1, and the gradients sharded too: backward writes a bucket's into one of two
+//          staging buffers, reduce-scattered into the rank's shard.
+//   fsdp   (ZeRO-3) weights sharded as well: each layer's gathered before its forward and again
+//          before its backward (the next one prefetched), gradients reduce-scattered as zero2.
+// The host side here (settings, the flat parameter buffer's buckets and shards, memory plans) is
+// unit-tested; run.cpp is the GPU runner.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpubench/core/context.hpp"
+#include "gpubench/core/measure.hpp"
+#include "gpubench/core/ranks.hpp"
+#include "gpubench/kernels/optimizer.cuh"
+#include "gpubench/model/presets.hpp"
+#include "gpubench/model/training.hpp"
+
+namespace gpubench::dp {
+
+// ---------------------------------------------------------------------------------------------
+// Options and settings (settings.cpp)
+
+enum class Strategy { Ddp, Zero1, Zero2, Fsdp };
+const char* to_string(Strategy s);  // "ddp", "zero1", "zero2", "fsdp"
+
+// As given on the command line or in the config (long option names = INI keys); empty lists
+// mean "the default for this mode".
+struct Options {
+  std::string model = "llama-2-7b";
+  std::string model_config;  // a HuggingFace config.json instead of a preset
+  std::string strategy;      // ddp,zero1,zero2,fsdp or all (default all)
+  std::string gpu_counts;    // GPUs a run spans; default 1, 2, 4, ... and the selected count
+  std::string batch_sizes;   // sequences a GPU; default 4 (quick 1)
+  std::int64_t seq_len = 0;  // tokens a sequence; 0: 4096 (quick 1024)
+  int layers = 0;            // > 0: only this many decoder layers (quick 4)
+  std::string bucket_size;   // ddp/zero buckets; default 25MB
+  std::string
+      bucket_sweep;  // ddp's bucket sizes on all the GPUs; default 5MB,25MB,100MB (quick none)
+  std::string dtype = "bf16";
+  double timeout = 600;  // seconds without progress before a stuck run ends
+};
+
+struct Settings {
+  model::ModelConfig model;
+  int layers = 0;
+  std::vector<Strategy> strategies;
+  std::vector<int> gpu_counts;  // ascending, unique
+  std::vector<std::int64_t> batch_sizes;
+  std::int64_t seq_len = 4096;
+  std::uint64_t bucket_bytes = 25'000'000;
+  std::vector<std::uint64_t> bucket_sweep;  // ascending, unique
+  ActDtype dtype = ActDtype::BF16;
+  AdamW adamw;
+  double timeout_s = 600;
+  std::vector<std::string> notes;  // what the defaults dropped, for the report's warnings
+  model::TrainShape shape() const { return {model, seq_len, dtype}; }
+  nlohmann::ordered_json to_json() const;
+};
+
+// Applies the defaults and checks every value; throws InputError("--option: why") with one line:
+// an unknown strategy, a GPU count < 1 or above the visible GPUs (visible_gpus <= 0: not known,
+// not checked), batch sizes outside 1..4096, a sequence length outside 1..1 << 20, a bucket
+// size below 1 MB or above 64 GB, --timeout <= 0. The default GPU counts above the GPUs are
+// dropped.
+Settings resolve_settings(const Options& o, bool quick, int visible_gpus);
+
+// ---------------------------------------------------------------------------------------------
+// The flat parameter buffer (plan.cpp)
+
+// Parameters are laid out in one flat buffer in forward order, grouped into buckets of whole
+// units (half-layers, the head its own): bucket 0 holds the last units (backward produces their
+// gradients first), each bucket at least the bucket size unless it ends the model; fsdp's
+// buckets are a decoder layer each (its two halves) and the head. Every parameter starts on a
+// multiple of kAlign elements and every bucket's length is a multiple of ranks x kAlign, so that
+// rank r's shard of bucket b, [begin + r len / ranks, begin + (r + 1) len / ranks), is aligned
+// and the shards of a bucket are equal.
+inline constexpr std::int64_t kAlign = 128;  // elements (256 bytes of bf16)
+
+struct Bucket {
+  int first_unit = 0, last_unit = 0;  // inclusive, forward order
+  std::int64_t begin = 0, elems = 0;  // in the flat buffer, padded
+};
+
+struct ParamPlan {
+  int ranks = 1;
+  std::vector<std::int64_t> offset;  // per parameter (TrainStage::params order)
+  std::vector<Bucket> buckets;       // backward order: bucket 0 holds the head
+  std::vector<int> bucket_of_unit;
+  std::int64_t total = 0;    // elements of the flat buffer, padding included
+  std::int64_t params = 0;   // elements that are parameters
+  std::int64_t largest = 0;  // the largest bucket's elements
+  std::int64_t shard_elems() const { return total / ranks; }
+  // Where rank r's chunk of bucket b starts in the flat buffer, and in the rank's shard.
+  std::int64_t chunk_begin(int b, int r) const;
+  std::int64_t shard_offset(int b) const;
+  std::int64_t chunk_elems(int b) const;
+  // The rank whose shard holds flat element e.
+  int owner(std::int64_t e) const;
+};
+
+// Buckets of at least bucket_elems (0: one a decoder layer, the head its own), in backward
+// order. InputError when params is empty, a unit index goes backwards, ranks < 1 or
+// bucket_elems < 0.
+ParamPlan plan_params(const std::vector<model::TrainParam>& params, std::int64_t bucket_elems,
+                      int ranks);
+
+// ---------------------------------------------------------------------------------------------
+// Memory per GPU (plan.cpp)
+
+struct MemoryPlan {
+  std::uint64_t params = 0;       // weights the model computes with (and fsdp's gather buffers)
+  std::uint64_t grads = 0;        // gradients (and zero2/fsdp's staging buffers)
+  std::uint64_t optimizer = 0;    // fp32 master weights, AdamW's m and v
+  std::uint64_t activations = 0;  // the rest of the step: saved activations, scratch, embedding
+  std::uint64_t total() const { return params + grads + optimizer + activations; }
+  nlohmann::ordered_json to_json() const;
+};
+
+// What strategy s holds on each GPU for plan p (elem_bytes a weight or gradient element) with
+// `activations` bytes of the rest (TrainStage::planned_bytes without parameters):
+//   ddp:   weights P, gradients P, optimizer 12 P      (P: p.total elements)
+//   zero1: weights P, gradients P, optimizer 12 P / N
+//   zero2: weights P, gradients P / N + 2 buckets, optimizer 12 P / N
+//   fsdp:  weights P / N + 2 buckets, gradients P / N + 2 buckets, optimizer 12 P / N.
+MemoryPlan memory_plan(Strategy s, const ParamPlan& p, int elem_bytes, std::uint64_t activations);
+
+// ---------------------------------------------------------------------------------------------
+// A run on the GPUs (run.cpp)
+
+// One measured point: a strategy on `gpus` ranks, `batch` sequences a GPU.
+struct Outcome {
+  Strategy strategy = Strategy::Ddp;
+  int gpus = 1;
+  std::int64_t batch = 1;
+  std::uint64_t bucket_bytes = 0;
+  std::string status = "ok", note;
+  Measurement step;          // forward, backward, gradient sync and optimizer, slowest rank
+  Measurement compute_only;  // the same step with every collective skipped
+  Measurement comm_alone;    // the step's collectives alone, back to back
+  double flops = 0;          // one rank's step
+  MemoryPlan planned;
+  std::uint64_t measured_bytes = 0;  // the most a rank's step took (device memory used)
+  // The checked step: reduced gradients against one GPU's over the concatenated batch (relative
+  // L2), parameter updates against AdamW's from that gradient (share off by more than
+  // kUpdateSlack of lr), the weights alike on every rank.
+  double grad_error = 0, update_mismatch = 0;
+  bool ranks_agree = true;
+  int buckets = 0;
+};
+
+// Tolerances of the checked step.
+inline constexpr double kGradTolerance = 0.02;    // relative L2 of the reduced gradients
+inline constexpr double kUpdateSlack = 0.1;       // of lr, per parameter
+inline constexpr double kUpdateTolerance = 0.02;  // share of parameters beyond the slack
+
+// Faults a GPU test injects to prove the checks (never reached from options): the reduced
+// gradients of bucket `zero_bucket` zeroed on every rank after their collective.
+struct Faults {
+  int zero_bucket = -1;
+};
+
+// One strategy on `group` (gpus ranks, each `batch` sequences): memory planned and checked
+// against every rank's free memory (skipped with why), one checked step against one GPU's
+// (made first on the group's first GPU), the timed steps, the step without communication and
+// the collectives alone. Returns rank 0's outcome.
+Outcome run_strategy(Context& ctx, const Settings& s, Strategy strategy, std::int64_t batch,
+                     std::uint64_t bucket_bytes, RankGroup& group, const Faults& faults = {});
+
+}  // namespace gpubench::dp

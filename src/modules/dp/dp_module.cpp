@@ -1,0 +1,254 @@
+// `gpubench dp`: what data-parallel training costs on this machine. Each strategy (ddp, zero1,
+// zero2, fsdp) at each GPU count and batch: the step checked against one GPU's over the
+// concatenated batch, then timed, beside the same step without communication and the
+// collectives alone, with the memory each GPU holds planned and measured; then ddp's step at
+// several bucket sizes.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/core/module.hpp"
+#include "gpubench/core/mpi.hpp"
+#include "gpubench/core/peaks.hpp"
+#include "gpubench/core/progress.hpp"
+#include "gpubench/core/result.hpp"
+#include "gpubench/core/system.hpp"
+#include "gpubench/core/units.hpp"
+#include "gpubench/modules/dp/dp.hpp"
+
+namespace gpubench {
+
+namespace {
+
+using namespace dp;
+
+double gib(std::uint64_t b) {
+  return static_cast<double>(b) / static_cast<double>(1ull << 30);
+}
+
+class DpModule final : public ResolvingModule<Options, Settings> {
+ public:
+  std::string name() const override { return "dp"; }
+  std::string help() const override {
+    return "Data-parallel training (DDP, ZeRO-1/2, FSDP): scaling, communication, memory";
+  }
+  std::vector<std::string> examples() const override {
+    return {"gpubench dp --strategy ddp,fsdp --gpu-counts 1,4",
+            "gpubench dp --model llama-2-7b --layers 8 --batch-sizes 2,4 --seq-len 4096",
+            "gpubench dp --strategy ddp --bucket-sweep 1MB,25MB,200MB"};
+  }
+  // Not part of `all`: a training step of every strategy at every GPU count takes minutes.
+  bool runs_in_all() const override { return false; }
+  bool supports_mpi() const override { return true; }
+
+  void add_options(CLI::App& app) override {
+    opts_ = Options{};
+    effective_.reset();
+    app.add_option("--model", opts_.model, "Model preset (default llama-2-7b)");
+    app.add_option("--model-config", opts_.model_config,
+                   "A HuggingFace config.json instead of a preset");
+    app.add_option("--strategy", opts_.strategy, "ddp, zero1, zero2, fsdp or all (default)");
+    app.add_option("--gpu-counts", opts_.gpu_counts,
+                   "GPUs a run spans (default 1, 2, 4, ... and all of the selected)");
+    app.add_option("--batch-sizes", opts_.batch_sizes, "Sequences a GPU (default 4; quick 1)");
+    app.add_option("--seq-len", opts_.seq_len, "Tokens a sequence (default 4096; quick 1024)");
+    app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all; quick 4)")
+        ->capture_default_str();
+    app.add_option("--bucket-size", opts_.bucket_size,
+                   "Gradients reduced a bucket at a time, ddp and zero (default 25MB)");
+    app.add_option("--bucket-sweep", opts_.bucket_sweep,
+                   "ddp's bucket sizes tried on all the GPUs (default 5MB,25MB,100MB; quick or "
+                   "none: no sweep)");
+    app.add_option("--dtype", opts_.dtype, "Weights, gradients and activations: bf16 or fp16")
+        ->capture_default_str();
+    app.add_option("--timeout", opts_.timeout,
+                   "Seconds without progress before gpubench ends a stuck run with the report of "
+                   "what finished (exit 1)")
+        ->capture_default_str();
+  }
+
+  Report run(Context& ctx) override {
+    const ProcessInfo& proc = process_info();
+    const Settings s = resolve_settings(opts_, ctx.quick(), rank_count(ctx.gpus()));
+    effective_ = s;
+    peak_tflops_ = dense_peak(ctx, s);
+    std::vector<Outcome> done, sweep;
+    Report report = assemble(s, done, sweep, proc);
+    ctx.publish(report);
+    std::unique_ptr<RankGroup> world;
+    if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
+    auto stopping = [&] {
+      if (!world) return Context::interrupted();
+      const auto watchdog = ctx.watchdog("dp", s.timeout_s);
+      return world->stop_requested();
+    };
+    // Each piece runs under a watchdog on its ranks (see pp): a stuck one ends the run with the
+    // report of the pieces before.
+    const auto watched = [&](int ranks, const auto& body) {
+      auto watchdog = ctx.watchdog("dp", s.timeout_s);
+      if (auto group = leading_ranks(ctx, ranks, "--gpu-counts"))
+        body(*group);
+      else
+        watchdog.reset();
+      if (world) world->barrier();
+      ctx.publish(assemble(s, done, sweep, proc));
+    };
+    const int most = s.gpu_counts.back();
+    progress::expect(s.strategies.size() * s.gpu_counts.size() * s.batch_sizes.size() +
+                     (most > 1 ? s.bucket_sweep.size() : 0));
+    for (Strategy k : s.strategies)
+      for (int n : s.gpu_counts)
+        for (std::int64_t b : s.batch_sizes) {
+          if (stopping()) return assemble(s, done, sweep, proc);
+          progress::next(fmt::format("{} on {} GPU{}, {} sequences a GPU", to_string(k), n,
+                                     n == 1 ? "" : "s", b));
+          watched(n, [&](RankGroup& g) {
+            done.push_back(run_strategy(ctx, s, k, b, s.bucket_bytes, g));
+          });
+        }
+    if (most > 1)
+      for (std::uint64_t bucket : s.bucket_sweep) {
+        if (stopping()) break;
+        progress::next(fmt::format("ddp on {} GPUs, buckets of {}", most, format_bytes(bucket)));
+        watched(most, [&](RankGroup& g) {
+          sweep.push_back(run_strategy(ctx, s, Strategy::Ddp, s.batch_sizes.front(), bucket, g));
+        });
+      }
+    return assemble(s, done, sweep, proc);
+  }
+
+ protected:
+  Settings resolve(const Options& o, bool quick) const override {
+    return resolve_settings(o, quick, -1);
+  }
+
+ private:
+  double peak_tflops_ = 0;
+
+  static double dense_peak(Context& ctx, const Settings& s) {
+    if (const GpuInfo* info = ctx.system().gpu(ctx.gpus().front()))
+      if (auto spec = find_peak_spec(info->name, info->cc_major, info->cc_minor, info->sm_count,
+                                     info->sm_clock_max_MHz))
+        return spec->peak(s.dtype == ActDtype::BF16 ? "bf16" : "fp16").value_or(0.0);
+    return 0;
+  }
+
+  // The same strategy and batch on one GPU, measured: what speed-ups are against.
+  static const Outcome* single(const std::vector<Outcome>& done, const Outcome& o) {
+    for (const Outcome& x : done)
+      if (x.strategy == o.strategy && x.batch == o.batch && x.gpus == 1 && x.status == "ok")
+        return &x;
+    return nullptr;
+  }
+
+  Report assemble(const Settings& s, const std::vector<Outcome>& done,
+                  const std::vector<Outcome>& sweep, const ProcessInfo& proc) const {
+    Report r;
+    r.module = name();
+    r.config = s.to_json();
+    for (const auto& n : s.notes) r.warn(n);
+    r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
+                                        : std::string("one process, a thread per GPU");
+    r.extra["tolerances"] = {{"grad_relative_l2", kGradTolerance},
+                             {"update_slack_of_lr", kUpdateSlack},
+                             {"update_mismatch_share", kUpdateTolerance}};
+    auto memory = nlohmann::ordered_json::array();
+    for (const Outcome& o : done) {
+      add_row(r, s, o, single(done, o),
+              fmt::format("Data-parallel training: {} ({} layers), {} x {} tokens a GPU",
+                          s.model.name, s.layers, o.batch, s.seq_len));
+      nlohmann::ordered_json m = {{"strategy", to_string(o.strategy)},
+                                  {"gpus", o.gpus},
+                                  {"batch", o.batch},
+                                  {"planned", o.planned.to_json()},
+                                  {"measured", o.measured_bytes}};
+      memory.push_back(m);
+    }
+    for (const Outcome& o : sweep)
+      add_row(r, s, o, nullptr,
+              fmt::format("ddp's bucket size on {} GPUs, {} x {} tokens a GPU", o.gpus, o.batch,
+                          s.seq_len));
+    r.extra["memory"] = memory;
+    headline(r, done);
+    return r;
+  }
+
+  void add_row(Report& r, const Settings& s, const Outcome& o, const Outcome* one,
+               const std::string& group) const {
+    CaseResult c;
+    c.group = group;
+    c.name = fmt::format("{} x{}", to_string(o.strategy), o.gpus);
+    if (o.bucket_bytes > 0)
+      c.name += fmt::format(" ({} buckets)", format_bytes_short(o.bucket_bytes));
+    c.params = {{"strategy", to_string(o.strategy)},
+                {"gpus", o.gpus},
+                {"batch", o.batch},
+                {"bucket_bytes", o.bucket_bytes},
+                {"buckets", o.buckets}};
+    c.status = o.status;
+    c.note = o.note;
+    c.metric("planned_GiB", gib(o.planned.total()), "GiB");
+    if (o.status != "ok" && o.status != "unchecked") {
+      r.add(c);
+      return;
+    }
+    const double step = o.step.median_s();
+    const double tokens = static_cast<double>(o.gpus * o.batch * s.seq_len);
+    const double tflops = o.flops / step / 1e12;
+    c.metric("step_ms", step * 1e3, "ms");
+    c.metric("tokens_per_s", tokens / step, "tokens/s");
+    c.metric("tflops_per_gpu", tflops, "TFLOP/s");
+    if (peak_tflops_ > 0) c.metric("mfu_pct", 100 * tflops / peak_tflops_, "%");
+    if (one) {
+      const double speedup = one->step.median_s() / step * o.gpus;
+      c.metric("speedup", speedup, "x");
+      c.metric("efficiency_pct", 100 * speedup / o.gpus, "%");
+    }
+    const double exposed = std::max(0.0, step - o.compute_only.median_s());
+    c.metric("exposed_comm_ms", exposed * 1e3, "ms");
+    c.metric("exposed_comm_pct", 100 * exposed / step, "%");
+    c.metric("comm_alone_ms", o.comm_alone.median_s() * 1e3, "ms");
+    c.metric("memory_GiB", gib(o.measured_bytes), "GiB");
+    c.metric("memory_vs_plan_pct",
+             100.0 * (static_cast<double>(o.measured_bytes) / o.planned.total() - 1), "%");
+    c.metric("grad_error", o.grad_error, "");
+    c.metric("update_mismatch_pct", 100 * o.update_mismatch, "%");
+    r.add(c);
+  }
+
+  // Per strategy, at the most GPUs and the first batch measured: its tokens/s, scaling
+  // efficiency, exposed communication and memory.
+  void headline(Report& r, const std::vector<Outcome>& done) const {
+    for (const Outcome& o : done) {
+      if (o.status != "ok") continue;
+      bool best = true;
+      for (const Outcome& x : done)
+        if (x.strategy == o.strategy && x.status == "ok" &&
+            (x.gpus > o.gpus || (x.gpus == o.gpus && x.batch < o.batch)))
+          best = false;
+      if (!best) continue;
+      const std::string k = to_string(o.strategy);
+      const double step = o.step.median_s();
+      r.set_headline(k + "_tokens_per_s",
+                     static_cast<double>(o.gpus * o.batch * effective_->seq_len) / step,
+                     "tokens/s");
+      if (const Outcome* one = single(done, o); one && o.gpus > 1)
+        r.set_headline(k + "_scaling_efficiency_pct", 100 * one->step.median_s() / step, "%");
+      r.set_headline(k + "_exposed_comm_pct",
+                     100 * std::max(0.0, step - o.compute_only.median_s()) / step, "%");
+      r.set_headline(k + "_memory_GiB", gib(o.measured_bytes), "GiB");
+    }
+  }
+};
+
+}  // namespace
+
+ModulePtr make_dp_module() {
+  return std::make_unique<DpModule>();
+}
+
+}  // namespace gpubench
