@@ -14,10 +14,10 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick compare check stress advise torch_matmul torch_decode babelstream nvbandwidth; h100:
-# tests env bandwidth matmul compare check stress advise; several GPUs: tests env bandwidth
-# allreduce allreduce_mpi small_latency tp pp compare check stress advise advise_70b quick_start
-# nccl_tests nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules stress_long
+# seqlen_quick compare check stress advise dp torch_matmul torch_decode babelstream nvbandwidth;
+# h100: tests env bandwidth matmul compare check stress advise dp; several GPUs: tests env
+# bandwidth allreduce allreduce_mpi small_latency tp pp compare check stress advise advise_70b dp
+# quick_start nccl_tests nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules stress_long
 # stress_gemm stress_live):
 #   tests         every GPU test binary (ctest's files hold the build machine's paths)
 #   env bandwidth allreduce matmul seqlen tp pp   the subcommand with its defaults
@@ -32,6 +32,7 @@
 #   compare       bandwidth --quick twice, the second run compared with the first
 #   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
 #   advise        advise (llama-2-7b) beside seqlen's generation; advise_70b llama-2-70b
+#   dp            dp, llama-2-7b at 4 x 4096 tokens a GPU (one GPU: 8 layers; several: all)
 #   stress        stress --quick; stress_long 9 minutes; stress_gemm the GEMM load beside matmul
 #                 --sustained; stress_live the live view on a terminal (under script)
 #   pp_schedules  pp training, m = 16: GPipe and 1F1B with NCCL's CTAs, with 4, over copy engines
@@ -53,10 +54,10 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      compare check stress advise torch_matmul torch_decode babelstream nvbandwidth" ;;
-  h100) defaults="tests env bandwidth matmul compare check stress advise" ;;
+      compare check stress advise dp torch_matmul torch_decode babelstream nvbandwidth" ;;
+  h100) defaults="tests env bandwidth matmul compare check stress advise dp" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
-    compare check stress advise advise_70b quick_start nccl_tests nvbandwidth" ;;
+    compare check stress advise advise_70b dp quick_start nccl_tests nvbandwidth" ;;
   *) echo "reference.sh: unknown kind '$kind' (h100, h200, h200x2, h200x4)" >&2 && exit 2 ;;
 esac
 steps=" $(echo ${*:-$defaults}) "
@@ -163,6 +164,13 @@ if has advise; then
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
 fi
 has advise_70b && gpb advise_70b 590 advise --model llama-2-70b
+
+# dp: data-parallel training of llama-2-7b's shapes, 4 sequences of 4096 tokens a GPU, every
+# strategy at 1, 2, 4 GPUs. One GPU: 8 layers, where every strategy's replica fits; several: every
+# layer (a strategy a GPU cannot hold at a count is skipped, saying what it needs).
+if has dp; then
+  if ((ngpu == 1)); then gpb dp 400 dp --layers 8; else gpb dp 590 dp; fi
+fi
 
 # stress: the burn-in, --quick (60 s); stress_long: 9 minutes (what fits one 10-minute call of
 # the GPU machines); stress_gemm: the GEMM load alone for 60 s, then matmul --sustained 60 on the

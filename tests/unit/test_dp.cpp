@@ -192,3 +192,16 @@ TEST(DpAdamW, FirstStepsByHand) {
   const double mh = -0.005 / (1 - 0.81), vh = (0.95 * 0.0125 + 0.0125) / (1 - 0.9025);
   EXPECT_NEAR(w, w1 * (1 - 1e-5) - 1e-4 * mh / (std::sqrt(vh) + 1e-8), 1e-7);
 }
+
+TEST(DpTrace, SpansBecomeChromeEvents) {
+  const auto t = chrome_trace(
+      {{"F head", 0, 0.001, 0.002}, {"all-reduce bucket 0", 1, 0.002, 0.0025}}, "ddp on 2 GPUs");
+  const auto& ev = t["traceEvents"];
+  ASSERT_EQ(ev.size(), 4u);  // two lane names, two spans
+  EXPECT_EQ(ev[2]["name"], "F head");
+  EXPECT_DOUBLE_EQ(ev[2]["ts"].get<double>(), 1000.0);
+  EXPECT_DOUBLE_EQ(ev[2]["dur"].get<double>(), 1000.0);
+  EXPECT_EQ(ev[3]["tid"], 1);
+  EXPECT_EQ(ev[3]["cat"], "communication");
+  EXPECT_EQ(t["otherData"]["title"], "ddp on 2 GPUs");
+}

@@ -156,24 +156,23 @@ class DpModule final : public ResolvingModule<Options, Settings> {
     r.extra["tolerances"] = {{"grad_relative_l2", kGradTolerance},
                              {"update_slack_of_lr", kUpdateSlack},
                              {"update_mismatch_share", kUpdateTolerance}};
-    auto memory = nlohmann::ordered_json::array();
     for (const Outcome& o : done) {
-      add_row(r, s, o, single(done, o),
-              fmt::format("Data-parallel training: {} ({} layers), {} x {} tokens a GPU",
-                          s.model.name, s.layers, o.batch, s.seq_len));
-      nlohmann::ordered_json m = {{"strategy", to_string(o.strategy)},
-                                  {"gpus", o.gpus},
-                                  {"batch", o.batch},
-                                  {"planned", o.planned.to_json()},
-                                  {"measured", o.measured_bytes}};
-      memory.push_back(m);
+      const std::string shape = fmt::format("{} ({} layers), {} x {} tokens a GPU", s.model.name,
+                                            s.layers, o.batch, s.seq_len);
+      add_row(r, s, o, single(done, o), "Data-parallel training: " + shape);
+      add_memory_row(r, o, "Memory per GPU: " + shape);
+      if (!o.trace.empty())
+        r.attachments.emplace_back(
+            fmt::format("dp_traces/{}_g{}_b{}.json", to_string(o.strategy), o.gpus, o.batch),
+            chrome_trace(o.trace,
+                         fmt::format("{} on {} GPUs, {}", to_string(o.strategy), o.gpus, shape)));
     }
     for (const Outcome& o : sweep)
       add_row(r, s, o, nullptr,
               fmt::format("ddp's bucket size on {} GPUs, {} x {} tokens a GPU", o.gpus, o.batch,
                           s.seq_len));
-    r.extra["memory"] = memory;
     headline(r, done);
+    findings(r, done);
     return r;
   }
 
@@ -218,6 +217,64 @@ class DpModule final : public ResolvingModule<Options, Settings> {
     c.metric("grad_error", o.grad_error, "");
     c.metric("update_mismatch_pct", 100 * o.update_mismatch, "%");
     r.add(c);
+  }
+
+  static void add_memory_row(Report& r, const Outcome& o, const std::string& group) {
+    CaseResult c;
+    c.group = group;
+    c.name = fmt::format("{} x{}", to_string(o.strategy), o.gpus);
+    c.params = {{"strategy", to_string(o.strategy)}, {"gpus", o.gpus}, {"batch", o.batch}};
+    c.status = o.status == "unchecked" ? "ok" : o.status;
+    c.note = o.status == "ok" || o.status == "unchecked" ? "" : "not run";
+    c.metric("params_GiB", gib(o.planned.params), "GiB");
+    c.metric("grads_GiB", gib(o.planned.grads), "GiB");
+    c.metric("optimizer_GiB", gib(o.planned.optimizer), "GiB");
+    c.metric("activations_GiB", gib(o.planned.activations), "GiB");
+    c.metric("planned_GiB", gib(o.planned.total()), "GiB");
+    if (o.measured_bytes > 0) {
+      c.metric("measured_GiB", gib(o.measured_bytes), "GiB");
+      // What the step took beyond the parameter, gradient and optimizer buffers (allocated
+      // as planned): the activations, scratch and workspaces as they came.
+      const std::uint64_t fixed = o.planned.params + o.planned.grads + o.planned.optimizer;
+      if (o.measured_bytes > fixed)
+        c.metric("activations_measured_GiB", gib(o.measured_bytes - fixed), "GiB");
+    }
+    r.add(c);
+  }
+
+  // What the run says, at the most GPUs measured and the first batch: each strategy's rate,
+  // scaling and exposed communication, and what sharding saves against ddp and costs.
+  void findings(Report& r, const std::vector<Outcome>& done) const {
+    const Outcome* ddp = nullptr;
+    std::vector<const Outcome*> top;
+    for (const Outcome& o : done) {
+      if (o.status != "ok" || o.batch != done.front().batch) continue;
+      if (!top.empty() && o.gpus < top.front()->gpus) continue;
+      if (!top.empty() && o.gpus > top.front()->gpus) top.clear();
+      top.push_back(&o);
+    }
+    for (const Outcome* o : top)
+      if (o->strategy == Strategy::Ddp) ddp = o;
+    for (const Outcome* o : top) {
+      const double step = o->step.median_s();
+      std::string text = fmt::format(
+          "{} on {} GPU{}: {:.0f} tokens/s, a step of {:.1f} ms with {:.1f}% of it waiting for "
+          "communication ({:.1f} ms of collectives alone)",
+          to_string(o->strategy), o->gpus, o->gpus == 1 ? "" : "s",
+          static_cast<double>(o->gpus * o->batch * effective_->seq_len) / step, step * 1e3,
+          100 * std::max(0.0, step - o->compute_only.median_s()) / step,
+          o->comm_alone.median_s() * 1e3);
+      if (const Outcome* one = single(done, *o); one && o->gpus > 1)
+        text += fmt::format(", {:.1f}% scaling efficiency", 100 * one->step.median_s() / step);
+      if (ddp && o != ddp)
+        text += fmt::format("; {:.1f} GiB a GPU against ddp's {:.1f} ({:+.0f}%), step {:+.1f}%",
+                            gib(o->measured_bytes), gib(ddp->measured_bytes),
+                            100.0 * (static_cast<double>(o->measured_bytes) /
+                                         static_cast<double>(ddp->measured_bytes) -
+                                     1),
+                            100 * (step / ddp->step.median_s() - 1));
+      r.findings.push_back(text + ".");
+    }
   }
 
   // Per strategy, at the most GPUs and the first batch measured: its tokens/s, scaling

@@ -179,15 +179,18 @@ std::int64_t Replica::shard_index(std::int64_t e) const {
 // ---------------------------------------------------------------------------------------------
 // Hooks: fsdp's gathers, every strategy's gradient collectives
 
+// A unit's compute span begins once its waits are queued (what it waited for stays outside it).
 void Replica::before_forward(int unit, cudaStream_t st) {
-  if (k_ != Strategy::Fsdp) return;
   const int b = plan_.bucket_of_unit[static_cast<std::size_t>(unit)];
-  if (unit != plan_.buckets[static_cast<std::size_t>(b)].first_unit) return;
-  gathered(b, b - 1, st);
-  place_bucket(b, static_cast<char*>(slots_[b % 2].get()), nullptr);
+  if (k_ == Strategy::Fsdp && unit == plan_.buckets[static_cast<std::size_t>(b)].first_unit) {
+    gathered(b, b - 1, st);
+    place_bucket(b, static_cast<char*>(slots_[b % 2].get()), nullptr);
+  }
+  mark_begin("F " + unit_name(unit), 0, st);
 }
 
 void Replica::after_forward(int unit, cudaStream_t st) {
+  mark_end(0, st);
   if (k_ != Strategy::Fsdp) return;
   const int b = plan_.bucket_of_unit[static_cast<std::size_t>(unit)];
   if (unit == plan_.buckets[static_cast<std::size_t>(b)].last_unit) slot_free_[b % 2].record(st);
@@ -195,19 +198,22 @@ void Replica::after_forward(int unit, cudaStream_t st) {
 
 void Replica::before_backward(int unit, cudaStream_t st) {
   const int b = plan_.bucket_of_unit[static_cast<std::size_t>(unit)];
-  if (unit != plan_.buckets[static_cast<std::size_t>(b)].last_unit) return;
-  if (k_ == Strategy::Fsdp) {
-    const int next = b + 1 < static_cast<int>(plan_.buckets.size()) ? b + 1 : -1;
-    gathered(b, next, st);
-    place_bucket(b, static_cast<char*>(slots_[b % 2].get()), nullptr);
+  if (unit == plan_.buckets[static_cast<std::size_t>(b)].last_unit) {
+    if (k_ == Strategy::Fsdp) {
+      const int next = b + 1 < static_cast<int>(plan_.buckets.size()) ? b + 1 : -1;
+      gathered(b, next, st);
+      place_bucket(b, static_cast<char*>(slots_[b % 2].get()), nullptr);
+    }
+    if (sharded_grads()) {
+      GPB_CUDA_CHECK(cudaStreamWaitEvent(st, staging_free_[b % 2], 0));
+      place_bucket(b, nullptr, static_cast<char*>(staging_[b % 2].get()));
+    }
   }
-  if (sharded_grads()) {
-    GPB_CUDA_CHECK(cudaStreamWaitEvent(st, staging_free_[b % 2], 0));
-    place_bucket(b, nullptr, static_cast<char*>(staging_[b % 2].get()));
-  }
+  mark_begin("B " + unit_name(unit), 0, st);
 }
 
 void Replica::after_backward(int unit, cudaStream_t st) {
+  mark_end(0, st);
   const int b = plan_.bucket_of_unit[static_cast<std::size_t>(unit)];
   if (unit != plan_.buckets[static_cast<std::size_t>(b)].first_unit) return;
   reduce_bucket(b, st);
@@ -234,6 +240,8 @@ void Replica::reduce_bucket(int b, cudaStream_t st) {
   const Bucket& k = plan_.buckets[static_cast<std::size_t>(b)];
   ready_.record(st);
   GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, ready_, 0));
+  mark_begin(fmt::format("{} bucket {}", k_ == Strategy::Ddp ? "all-reduce" : "reduce-scatter", b),
+             1, cs);
   switch (k_) {
     case Strategy::Ddp:
       comm_.all_reduce(ptr(grads_, k.begin), k.elems, cs);
@@ -249,6 +257,7 @@ void Replica::reduce_bucket(int b, cudaStream_t st) {
       staging_free_[b % 2].record(cs);
       break;
   }
+  mark_end(1, cs);
   if (b == faults_.zero_bucket) {
     const bool whole = k_ == Strategy::Ddp;
     const std::int64_t at = whole                   ? k.begin
@@ -272,7 +281,43 @@ void Replica::step(cudaStream_t st, GemmCheckTally* tally) {
   model::TrainStage::release(slab, st);
   synced_.record(comm_stream_.get());
   GPB_CUDA_CHECK(cudaStreamWaitEvent(st, synced_, 0));
+  mark_begin(k_ == Strategy::Zero1 || k_ == Strategy::Zero2 ? "optimizer, weights all-gathered"
+                                                            : "optimizer",
+             0, st);
   optimizer(st);
+  mark_end(0, st);
+  tracing_ = false;
+}
+
+std::string Replica::unit_name(int unit) const {
+  if (unit == ts_->units() - 1) return "head";
+  return fmt::format("layer {} {}", unit / 2, unit % 2 == 0 ? "attention" : "MLP");
+}
+
+void Replica::mark_begin(std::string name, int lane, cudaStream_t st) {
+  if (!tracing_) return;
+  marks_.push_back({std::move(name), lane, Event(device_), Event(device_)});
+  marks_.back().begin.record(st);
+  open_[static_cast<std::size_t>(lane)] = static_cast<int>(marks_.size()) - 1;
+}
+
+void Replica::mark_end(int lane, cudaStream_t st) {
+  if (!tracing_) return;
+  const int i = open_[static_cast<std::size_t>(lane)];
+  if (i >= 0) marks_[static_cast<std::size_t>(i)].end.record(st);
+  open_[static_cast<std::size_t>(lane)] = -1;
+}
+
+std::vector<TraceSpan> Replica::trace(const Event& start) {
+  std::vector<TraceSpan> out;
+  for (const Mark& m : marks_) {
+    float a = 0, b = 0;
+    GPB_CUDA_CHECK(cudaEventElapsedTime(&a, start, m.begin));
+    GPB_CUDA_CHECK(cudaEventElapsedTime(&b, start, m.end));
+    out.push_back({m.name, m.lane, a * 1e-3, b * 1e-3});
+  }
+  marks_.clear();
+  return out;
 }
 
 void Replica::optimizer(cudaStream_t st) {

@@ -222,6 +222,16 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
   comm.skip = false;
   o.comm_alone = group.measure(
       self, [&](cudaStream_t s2, int) { rep.collectives_alone(s2); }, mo);
+  // One more step, traced on every rank, read on rank 0.
+  rep.arm_trace();
+  Event start(self.device);
+  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  group.barrier();
+  start.record(st);
+  rep.step(st);
+  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<TraceSpan> spans = rep.trace(start);
+  if (self.rank == 0) o.trace = std::move(spans);
   const auto used = group.all_gather(self.rank, static_cast<double>(after - before));
   o.measured_bytes = static_cast<std::uint64_t>(*std::max_element(used.begin(), used.end()));
   GPB_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -138,6 +138,15 @@ MemoryPlan memory_plan(Strategy s, const ParamPlan& p, int elem_bytes, std::uint
 // ---------------------------------------------------------------------------------------------
 // A run on the GPUs (run.cpp)
 
+// A span of one traced step on rank 0, in seconds from the step's start: lane 0 the compute
+// stream (forward and backward of each unit, the optimizer), lane 1 the communication stream
+// (each bucket's collective, fsdp's gathers).
+struct TraceSpan {
+  std::string name;
+  int lane = 0;
+  double start = 0, end = 0;
+};
+
 // One measured point: a strategy on `gpus` ranks, `batch` sequences a GPU.
 struct Outcome {
   Strategy strategy = Strategy::Ddp;
@@ -157,7 +166,11 @@ struct Outcome {
   double grad_error = 0, update_mismatch = 0;
   bool ranks_agree = true;
   int buckets = 0;
+  std::vector<TraceSpan> trace;  // one more step, rank 0's
 };
+
+// The Chrome trace (chrome://tracing, Perfetto) of a traced step (trace.cpp).
+nlohmann::ordered_json chrome_trace(const std::vector<TraceSpan>& spans, const std::string& title);
 
 // Tolerances of the checked step.
 inline constexpr double kGradTolerance = 0.02;    // relative L2 of the reduced gradients

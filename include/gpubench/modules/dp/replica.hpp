@@ -54,6 +54,11 @@ class Replica final : public model::TrainHooks {
   // The collectives a step runs, alone, back to back on `st`.
   void collectives_alone(cudaStream_t st);
 
+  // The next step() records its spans (TraceSpan); trace() reads them against `start`, recorded
+  // on the step's stream just before it, once the step is done.
+  void arm_trace() { tracing_ = true; }
+  std::vector<TraceSpan> trace(const Event& start);
+
   model::TrainStage& stage() { return *ts_; }
   // After a step: the reduced gradient (the sum over the ranks), the fp32 master weight and the
   // weight the model computes with at flat element e, as this rank holds them (NaN where it
@@ -102,6 +107,18 @@ class Replica final : public model::TrainHooks {
   std::array<Event, 2> staging_free_, slot_free_, slot_full_;
   std::array<int, 2> slot_holds_{-1, -1};
   int step_ = 0;
+  // Tracing: the spans of the armed step, each begun and ended by an event.
+  struct Mark {
+    std::string name;
+    int lane;
+    Event begin, end;
+  };
+  bool tracing_ = false;
+  std::vector<Mark> marks_;
+  void mark_begin(std::string name, int lane, cudaStream_t st);
+  void mark_end(int lane, cudaStream_t st);  // the mark open on that lane
+  std::array<int, 2> open_{-1, -1};
+  std::string unit_name(int unit) const;
 };
 
 }  // namespace gpubench::dp
