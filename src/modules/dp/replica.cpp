@@ -229,8 +229,10 @@ void Replica::gathered(int b, int next, cudaStream_t st) {
 void Replica::gather(int b) {
   const cudaStream_t cs = comm_stream_.get();
   GPB_CUDA_CHECK(cudaStreamWaitEvent(cs, slot_free_[b % 2], 0));
+  mark_begin(fmt::format("all-gather bucket {}", b), 1, cs);
   comm_.all_gather(ptr(weights_, plan_.shard_offset(b)), slots_[b % 2].get(), plan_.chunk_elems(b),
                    cs);
+  mark_end(1, cs);
   slot_full_[b % 2].record(cs);
   slot_holds_[b % 2] = b;
 }
