@@ -12,6 +12,7 @@
 #include <numeric>
 #include <thread>
 
+#include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/watchdog.hpp"
@@ -200,6 +201,10 @@ Measurement Measurer::run(cudaStream_t stream, const Launch& launch, const Measu
       const auto n = static_cast<int>(m.samples.size());
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (o.interruptible && Context::interrupted()) {
+        m.stop_reason = "interrupted";
+        break;
+      }
       if (o.fixed_iters > 0) {
         if (n >= o.fixed_iters) {
           m.converged = true;

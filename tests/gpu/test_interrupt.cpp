@@ -86,3 +86,50 @@ TEST(Interrupt, SigintKeepsFinishedCasesAndExits130) {
 TEST(Interrupt, SigtermKeepsFinishedCasesAndExits143) {
   stop_and_check(SIGTERM, 143, "SIGTERM");
 }
+
+// matmul --sustained holds one measurement for minutes: SIGTERM (Slurm's time limit) ends the
+// hold itself, and the report keeps the row of what was held.
+TEST(Interrupt, SigtermEndsASustainedHold) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubench_sustained_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string bin = binary();
+  std::vector<std::string> args = {
+      bin,        "matmul", "--dtypes",     "bf16",       "--shapes",    "4096x4096x4096",
+      "--layout", "tn",     "--algos",      "2",          "--sustained", "120",
+      "--gpus",   "0",      "--output-dir", dir.string(), "--log-level", "warn"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
+  std::this_thread::sleep_for(std::chrono::seconds(12));  // the shape timed, the hold under way
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the sustained hold outlasted SIGTERM by 20 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  std::ifstream f(dir / "matmul.json");
+  ASSERT_TRUE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["status"], "partial");
+  bool held = false;
+  for (const auto& c : j["results"])
+    if (c.value("group", "").find("sustained") != std::string::npos) {
+      held = true;
+      EXPECT_NE(c.value("note", "").find("stopped by a signal"), std::string::npos) << c.dump();
+      EXPECT_LT(c["params"]["held_s"].get<double>(), 60.0);
+    }
+  EXPECT_TRUE(held);
+  fs::remove_all(dir);
+}

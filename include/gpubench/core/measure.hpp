@@ -31,6 +31,10 @@ struct MeasureOptions {
   int fixed_iters = 0;       // > 0: exactly this many timed iterations, no noise rule (--iters)
   L2Policy l2 = L2Policy::Cold;
   bool spin = true;  // hold the stream with the spin kernel while a batch is queued
+  // A long hold (matmul --sustained) ends at SIGINT or SIGTERM with the iterations it timed
+  // (stop_reason "interrupted"); any other measurement runs to its rule, the module stopping
+  // after it.
+  bool interruptible = false;
   double timeout_s =
       0;  // > 0: GPU work unfinished this long after it was queued throws TimeoutError
   // Several ranks (RankGroup::measure): which of the ranks' times is an iteration's time.

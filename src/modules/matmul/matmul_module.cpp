@@ -358,6 +358,7 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
     o.max_noise = 0;  // never stop on noise: hold for the whole time
     o.min_iters = 10;
     o.max_iters = 10000000;
+    o.interruptible = true;  // Ctrl-C or Slurm's SIGTERM ends the hold, not after it
     CaseSpec spec{CaseKind::Sustained, t, best.at(t).spec.shape, "sustained"};
     for (auto& b : benches) b->set_idle_before(0);
     progress::next(
@@ -371,7 +372,11 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
             TFLOPs(gemm_flops(spec.shape) * out.repeats, out.measurement.samples.front());
         r.metric("steady_tflops", steady_tflops(out), "TFLOP/s");
         r.metric("first_iteration_tflops", first, "TFLOP/s");
-        r.params["held_s"] = s.sustained;
+        double held = 0;
+        for (double x : out.measurement.samples) held += x;
+        r.params["held_s"] = held;
+        if (out.measurement.stop_reason == "interrupted")
+          r.note = fmt::format("stopped by a signal after {:.1f} s of {} s", held, s.sustained);
       }
       report.add(std::move(r));
     }
