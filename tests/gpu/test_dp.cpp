@@ -156,4 +156,10 @@ TEST(DpGpu, EveryStrategyOnTwoGpusMatchesOneGpuOverTheWholeBatch) {
   f.zero_bucket = 0;
   EXPECT_EQ(run_strategy(rig.ctx, s, Strategy::Zero1, 2, s.bucket_bytes, group, f).status,
             "failed");
+  // One changed bit on one rank.
+  Faults flip;
+  flip.flip_rank = 1;
+  const Outcome o = run_strategy(rig.ctx, s, Strategy::Ddp, 2, s.bucket_bytes, group, flip);
+  EXPECT_EQ(o.status, "failed");
+  EXPECT_FALSE(o.ranks_agree) << o.note;
 }

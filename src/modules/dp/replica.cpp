@@ -9,6 +9,7 @@
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/kernels/memtest.cuh"
 #include "gpubench/kernels/optimizer.cuh"
 #include "gpubench/model/observe.hpp"
 
@@ -289,6 +290,21 @@ void Replica::step(cudaStream_t st, GemmCheckTally* tally) {
   optimizer(st);
   mark_end(0, st);
   tracing_ = false;
+  if (faults_.flip_rank == rank_ && step_ == 1)
+    GPB_CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0x3c, 1, st));
+}
+
+std::uint64_t Replica::state_hash(cudaStream_t st) const {
+  if (k_ == Strategy::Fsdp) return 0;
+  DeviceBuffer sum(device_, sizeof(unsigned long long));
+  GPB_CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sum.bytes(), st));
+  auto* h = sum.as<unsigned long long>();
+  launch_buffer_hash(weights_.get(), weights_.bytes(), h, st);
+  if (k_ == Strategy::Ddp) launch_buffer_hash(master_.get(), master_.bytes(), h, st);
+  unsigned long long out = 0;
+  GPB_CUDA_CHECK(cudaMemcpyAsync(&out, h, sizeof out, cudaMemcpyDeviceToHost, st));
+  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  return out;
 }
 
 std::string Replica::unit_name(int unit) const {

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -84,7 +83,6 @@ std::vector<double> reference_samples(const Settings& s, const ParamPlan& plan, 
 // What a rank's samples say against the reference.
 struct Tallies {
   double grad_err2 = 0, grad_ref2 = 0, mismatched = 0, compared = 0;
-  std::uint64_t weight_hash = 1469598103934665603ull;  // FNV-1a over the sampled weights
   bool finite = true;
 };
 
@@ -95,11 +93,6 @@ Tallies compare_samples(const Settings& s, const Replica& rep,
   const AdamWTerms terms = adamw_terms(s.adamw, 1);
   for (std::size_t k = 0; k < positions.size(); ++k) {
     const Replica::Sample got = rep.sample(positions[k]);
-    if (!std::isnan(got.weight)) {
-      std::uint64_t bits = 0;
-      std::memcpy(&bits, &got.weight, sizeof bits);
-      t.weight_hash = (t.weight_hash ^ bits) * 1099511628211ull;
-    }
     if (std::isnan(got.grad) || std::isnan(got.master)) continue;  // another rank's shard
     if (!std::isfinite(got.grad) || !std::isfinite(got.master)) t.finite = false;
     if (ref.empty()) continue;
@@ -142,10 +135,14 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
   const double compared = sum(group.all_gather(self.rank, t.compared));
   const double not_finite = sum(group.all_gather(self.rank, t.finite ? 0.0 : 1.0));
   const double gemm = sum(group.all_gather(self.rank, gemm_bad));
-  const auto hashes =
-      group.all_gather(self.rank, static_cast<double>(t.weight_hash >> 12));  // exact in a double
-  o.ranks_agree = k == Strategy::Fsdp || std::all_of(hashes.begin(), hashes.end(),
-                                                     [&](double h) { return h == hashes[0]; });
+  // Every bit of the state every rank holds whole (the halves of a 64-bit hash are exact in a
+  // double).
+  const std::uint64_t hash = rep.state_hash(st);
+  const auto high = group.all_gather(self.rank, static_cast<double>(hash >> 32));
+  const auto low = group.all_gather(self.rank, static_cast<double>(hash & 0xffffffffull));
+  o.ranks_agree = true;
+  for (std::size_t r = 1; r < high.size(); ++r)
+    o.ranks_agree = o.ranks_agree && high[r] == high[0] && low[r] == low[0];
   o.grad_error = grad_ref2 > 0 ? std::sqrt(grad_err2 / grad_ref2) : 0;
   o.update_mismatch = compared > 0 ? mismatched / compared : 0;
   std::string why;
@@ -154,7 +151,8 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
   else if (not_finite > 0)
     why = "a gradient or master weight is not finite";
   else if (!o.ranks_agree)
-    why = "the ranks' weights differ after the step";
+    why = k == Strategy::Ddp ? "the ranks' weights or master weights differ after the step"
+                             : "the ranks' weights differ after the step";
   else if (!ref.empty() && o.grad_error > kGradTolerance)
     why = fmt::format("reduced gradients differ from one GPU's by {:.3g} (relative L2 > {})",
                       o.grad_error, kGradTolerance);

@@ -162,7 +162,7 @@ struct Outcome {
   std::uint64_t measured_bytes = 0;  // the most a rank's step took (device memory used)
   // The checked step: reduced gradients against one GPU's over the concatenated batch (relative
   // L2), parameter updates against AdamW's from that gradient (share off by more than
-  // kUpdateSlack of lr), the weights alike on every rank.
+  // kUpdateSlack of lr), every bit of the weights (and ddp's master weights) alike on every rank.
   double grad_error = 0, update_mismatch = 0;
   bool ranks_agree = true;
   int buckets = 0;
@@ -178,9 +178,11 @@ inline constexpr double kUpdateSlack = 0.1;       // of lr, per parameter
 inline constexpr double kUpdateTolerance = 0.02;  // share of parameters beyond the slack
 
 // Faults a GPU test injects to prove the checks (never reached from options): the reduced
-// gradients of bucket `zero_bucket` zeroed on every rank after their collective.
+// gradients of bucket `zero_bucket` zeroed on every rank after their collective; the first
+// weight of rank `flip_rank` changed after its first optimizer step.
 struct Faults {
   int zero_bucket = -1;
+  int flip_rank = -1;
 };
 
 // One strategy on `group` (gpus ranks, each `batch` sequences): memory planned and checked

@@ -67,6 +67,9 @@ class Replica final : public model::TrainHooks {
     double grad, master, weight;
   };
   Sample sample(std::int64_t e) const;
+  // An order-independent hash of every bit of what each rank holds whole: the weights (not fsdp,
+  // whose ranks hold shards: 0) and, for ddp, the master weights. Synchronous on `st`.
+  std::uint64_t state_hash(cudaStream_t st) const;
 
   void before_forward(int unit, cudaStream_t st) override;
   void after_forward(int unit, cudaStream_t st) override;
