@@ -1,49 +1,25 @@
 // dp under mpirun, a process per GPU: every strategy's checked step, with one GPU's reference made
 // in rank 0's process and broadcast to the others. On 2 and 4 GPUs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "gpubench/core/cuda.hpp"
+#include "mpi_run.hpp"
 
 namespace {
 
-std::string binary() {
-  const char* env = std::getenv("GPUBENCH_BINARY");
-  return env && *env ? env : GPUBENCH_BINARY;
-}
-
-// gpubench dp under `mpirun -np np` (llama-2-7b's shapes, 2 layers, short sequences): its JSON
-// report, or null with the reason in `why`.
+// gpubench dp under `mpirun -np np` (llama-2-7b's shapes, 2 layers, short sequences).
 nlohmann::json run_dp_mpi(int np, std::string& why) {
-  namespace fs = std::filesystem;
-  const fs::path json = fs::temp_directory_path() / ("gpubench_dp_mpi_" + std::to_string(np) + "_" +
-                                                     std::to_string(::getpid()));
-  const std::string cmd =
-      "NCCL_NVLS_ENABLE=0 timeout 300 mpirun --allow-run-as-root --bind-to none -x "
-      "NCCL_NVLS_ENABLE -np " +
-      std::to_string(np) + " " + binary() + " dp --gpu-counts " + std::to_string(np) +
-      " --layers 2 --seq-len 256 --batch-sizes 2 --bucket-size 40MB --quick --no-files"
-      " --log-level warn --json " +
-      json.string() + " > " + json.string() + ".log 2>&1";
-  const int status = std::system(cmd.c_str());
-  std::ifstream f(json);
-  if (!f.good()) {
-    why = "no report; exit " + std::to_string(WEXITSTATUS(status)) + "; see " + json.string() +
-          ".log";
-    return nullptr;
-  }
-  auto j = nlohmann::json::parse(f);
-  fs::remove(json);
-  fs::remove(json.string() + ".log");
-  return j;
+  return gpubench::testing::run_under_mpirun(
+      np,
+      "dp --gpu-counts " + std::to_string(np) +
+          " --layers 2 --seq-len 256 --batch-sizes 2 --bucket-size 40MB --quick --no-files"
+          " --log-level warn",
+      why);
 }
 
 }  // namespace

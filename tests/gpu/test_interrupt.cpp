@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,30 @@ std::string binary() {
   return env && *env ? env : GPUBENCH_BINARY;
 }
 
+// Starts the binary with `args` (after its name); 0 when it could not.
+pid_t spawn(std::vector<std::string> args) {
+  args.insert(args.begin(), binary());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  return posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0 ? pid : 0;
+}
+
+// Waits up to `seconds` for `pid` to end, its status in `status`; false (and the process
+// killed) when it did not.
+bool ended_within(pid_t pid, int seconds, int& status) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (done != 0) return true;
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return false;
+}
+
 }  // namespace
 
 // Runs bandwidth's HBM cases on GPU 0, sends `sig` after about two cases and checks the report.
@@ -34,31 +59,16 @@ static void stop_and_check(int sig, int expected_code, const char* signal_name) 
   const fs::path dir = fs::temp_directory_path() / ("gpubench_signal_" + std::to_string(sig) + "_" +
                                                     std::to_string(::getpid()));
   fs::remove_all(dir);
-  const std::string bin = binary();
-  std::vector<std::string> args = {
-      bin,           "bandwidth",  "--tests",      "hbm",        "--gpus",
-      "0",           "--hbm-size", "256M",         "--min-time", "0.3",
-      "--max-noise", "0",          "--output-dir", dir.string(), "--log-level",
-      "warn"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
+  const pid_t pid =
+      spawn({"bandwidth", "--tests", "hbm", "--gpus", "0", "--hbm-size", "256M", "--min-time",
+             "0.3", "--max-noise", "0", "--output-dir", dir.string(), "--log-level", "warn"});
+  ASSERT_NE(pid, 0) << binary();
   // Each case runs into the 2 s cap (the noise target 0 is never met): interrupt after about two.
   std::this_thread::sleep_for(std::chrono::milliseconds(4500));
   ASSERT_EQ(kill(pid, sig), 0);
   int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  if (!ended_within(pid, 60, status))
     FAIL() << "gpubench did not stop within 60 s of " << signal_name;
-  }
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), expected_code);
   std::ifstream f(dir / "bandwidth.json");
@@ -94,29 +104,14 @@ TEST(Interrupt, SigtermEndsASustainedHold) {
   const fs::path dir =
       fs::temp_directory_path() / ("gpubench_sustained_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const std::string bin = binary();
-  std::vector<std::string> args = {
-      bin,        "matmul", "--dtypes",     "bf16",       "--shapes",    "4096x4096x4096",
-      "--layout", "tn",     "--algos",      "2",          "--sustained", "120",
-      "--gpus",   "0",      "--output-dir", dir.string(), "--log-level", "warn"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0) << bin;
+  const pid_t pid = spawn({"matmul", "--dtypes", "bf16", "--shapes", "4096x4096x4096", "--layout",
+                           "tn", "--algos", "2", "--sustained", "120", "--gpus", "0",
+                           "--output-dir", dir.string(), "--log-level", "warn"});
+  ASSERT_NE(pid, 0) << binary();
   std::this_thread::sleep_for(std::chrono::seconds(12));  // the shape timed, the hold under way
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the sustained hold outlasted SIGTERM by 20 s";
-  }
+  if (!ended_within(pid, 20, status)) FAIL() << "the sustained hold outlasted SIGTERM by 20 s";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 143);
   std::ifstream f(dir / "matmul.json");

@@ -2,49 +2,25 @@
 // replica's logits against the whole model's, which is made in rank 0's process and shared with
 // the others (before, every other process read a reference it did not have). On 2 and 4 GPUs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "gpubench/core/cuda.hpp"
+#include "mpi_run.hpp"
 
 namespace {
 
-std::string binary() {
-  const char* env = std::getenv("GPUBENCH_BINARY");
-  return env && *env ? env : GPUBENCH_BINARY;
-}
-
-// Runs gpubench pp under `mpirun -np np` (inference and layouts, 4 layers) and returns its
-// JSON report, or null with the reason in `why`.
+// gpubench pp under `mpirun -np np` (inference and layouts, 4 layers).
 nlohmann::json run_pp_mpi(int np, std::string& why) {
-  namespace fs = std::filesystem;
-  const fs::path json = fs::temp_directory_path() / ("gpubench_pp_mpi_" + std::to_string(np) + "_" +
-                                                     std::to_string(::getpid()));
-  const std::string cmd =
-      "NCCL_NVLS_ENABLE=0 timeout 300 mpirun --allow-run-as-root --bind-to none -x "
-      "NCCL_NVLS_ENABLE -np " +
-      std::to_string(np) + " " + binary() + " pp --pp " + std::to_string(np) +
-      " --layers 4 --batch 4 --seq-len 128 --microbatches 1,2"
-      " --workload inference --layouts all --layout-batches 4 --quick --no-files --log-level"
-      " warn --json " +
-      json.string() + " > " + json.string() + ".log 2>&1";
-  const int status = std::system(cmd.c_str());
-  std::ifstream f(json);
-  if (!f.good()) {
-    why = "no report; exit " + std::to_string(WEXITSTATUS(status)) + "; see " + json.string() +
-          ".log";
-    return nullptr;
-  }
-  auto j = nlohmann::json::parse(f);
-  fs::remove(json);
-  fs::remove(json.string() + ".log");
-  return j;
+  return gpubench::testing::run_under_mpirun(
+      np,
+      "pp --pp " + std::to_string(np) +
+          " --layers 4 --batch 4 --seq-len 128 --microbatches 1,2 --workload inference"
+          " --layouts all --layout-batches 4 --quick --no-files --log-level warn",
+      why);
 }
 
 }  // namespace
