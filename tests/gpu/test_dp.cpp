@@ -100,8 +100,9 @@ TEST(DpGpu, EveryStrategyOnOneGpuEqualsTheReferenceStep) {
   Rig rig(1);
   const Settings s = small();
   RankGroup group(rig.gpus);
+  References refs;  // made by the first strategy, used by the others
   for (Strategy k : kAll) {
-    const Outcome o = run_strategy(rig.ctx, s, k, 2, s.bucket_bytes, group);
+    const Outcome o = run_strategy(rig.ctx, s, k, 2, s.bucket_bytes, group, {}, &refs);
     EXPECT_EQ(o.status, "ok") << to_string(k) << ": " << o.note;
     // One rank runs the reference's GEMMs on the same data: the same gradients.
     EXPECT_EQ(o.grad_error, 0.0) << to_string(k);
@@ -123,6 +124,8 @@ TEST(DpGpu, EveryStrategyOnOneGpuEqualsTheReferenceStep) {
     EXPECT_EQ(compute, 11) << to_string(k);
     EXPECT_EQ(comm, k == Strategy::Fsdp ? 3 * o.buckets - 2 : o.buckets) << to_string(k);
   }
+  ASSERT_EQ(refs.size(), 1u);
+  EXPECT_FALSE(refs.begin()->second.empty());
 }
 
 TEST(DpGpu, AZeroedGradientBucketFailsTheCheck) {

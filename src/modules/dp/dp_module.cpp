@@ -77,6 +77,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
     effective_ = s;
     peak_tflops_ = dense_peak(ctx, s);
     std::vector<Outcome> done, sweep;
+    References refs;  // one reference a GPU count and batch, for every strategy
     Report report = assemble(s, done, sweep, proc);
     ctx.publish(report);
     std::unique_ptr<RankGroup> world;
@@ -107,7 +108,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
           progress::next(fmt::format("{} on {} GPU{}, {} sequences a GPU", to_string(k), n,
                                      n == 1 ? "" : "s", b));
           watched(n, [&](RankGroup& g) {
-            done.push_back(run_strategy(ctx, s, k, b, s.bucket_bytes, g));
+            done.push_back(run_strategy(ctx, s, k, b, s.bucket_bytes, g, {}, &refs));
           });
         }
     if (most > 1)
@@ -115,7 +116,8 @@ class DpModule final : public ResolvingModule<Options, Settings> {
         if (stopping()) break;
         progress::next(fmt::format("ddp on {} GPUs, buckets of {}", most, format_bytes(bucket)));
         watched(most, [&](RankGroup& g) {
-          sweep.push_back(run_strategy(ctx, s, Strategy::Ddp, s.batch_sizes.front(), bucket, g));
+          sweep.push_back(
+              run_strategy(ctx, s, Strategy::Ddp, s.batch_sizes.front(), bucket, g, {}, &refs));
         });
       }
     return assemble(s, done, sweep, proc);

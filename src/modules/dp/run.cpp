@@ -175,9 +175,11 @@ std::uint64_t used_bytes() {
 }
 
 // One rank's part of run_strategy, into its own outcome.
+// `known`: the reference when an earlier point made it; else it is made and, where this thread
+// is the process's first rank, left in `made`.
 void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb,
-              const MeasureOptions& mo, const Faults& faults, Rank& self, RankGroup& group,
-              Outcome& o) {
+              const MeasureOptions& mo, const Faults& faults, const std::vector<double>* known,
+              std::vector<double>& made, Rank& self, RankGroup& group, Outcome& o) {
   const cudaStream_t st = self.stream->get();
   std::vector<model::TrainParam> params;
   {
@@ -193,7 +195,8 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
       plan_params(params, static_cast<std::int64_t>(o.bucket_bytes) / eb, group.size());
   o.buckets = static_cast<int>(plan.buckets.size());
   o.planned = Replica::plan_memory(s, k, plan, batch, self.device);
-  const std::vector<double> ref = reference_samples(s, plan, batch, self, group);
+  const std::vector<double> ref = known ? *known : reference_samples(s, plan, batch, self, group);
+  if (!known && (self.rank == 0 || group.is_mpi())) made = ref;
   if (std::string why = parallel::agreed_memory_check(group, self.rank, o.planned.total());
       !why.empty()) {
     o.status = "skipped";
@@ -239,7 +242,8 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
 }  // namespace
 
 Outcome run_strategy(Context& ctx, const Settings& s, Strategy k, std::int64_t batch,
-                     std::uint64_t bucket_bytes, RankGroup& group, const Faults& faults) {
+                     std::uint64_t bucket_bytes, RankGroup& group, const Faults& faults,
+                     References* refs) {
   Outcome first;
   first.strategy = k;
   first.gpus = group.size();
@@ -247,11 +251,15 @@ Outcome run_strategy(Context& ctx, const Settings& s, Strategy k, std::int64_t b
   first.bucket_bytes = k == Strategy::Fsdp ? 0 : bucket_bytes;
   const MeasureOptions mo = model::engine_step_options(ctx.common());
   const std::int64_t eb = static_cast<std::int64_t>(act_bytes(s.dtype));
+  const auto key = std::make_pair(group.size(), batch);
+  const std::vector<double>* known = refs && refs->count(key) ? &refs->at(key) : nullptr;
+  std::vector<double> made;
   group.run([&](Rank& self) {
     Outcome o = first;  // every rank's own; rank 0's is returned
-    run_rank(s, k, batch, eb, mo, faults, self, group, o);
+    run_rank(s, k, batch, eb, mo, faults, known, made, self, group, o);
     if (self.rank == 0) first = o;
   });
+  if (refs && !known) (*refs)[key] = std::move(made);
   return first;
 }
 

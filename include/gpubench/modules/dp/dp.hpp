@@ -14,6 +14,7 @@
 // The host side here (settings, the flat parameter buffer's buckets and shards, memory plans) is
 // unit-tested; run.cpp is the GPU runner.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -185,11 +186,17 @@ struct Faults {
   int flip_rank = -1;
 };
 
+// One GPU's reference steps made so far, by (GPUs, sequences a GPU): sampled gradients and
+// initial weights, empty when one GPU could not hold it. The reference does not depend on the
+// strategy, so the strategies of one GPU count and batch share it.
+using References = std::map<std::pair<int, std::int64_t>, std::vector<double>>;
+
 // One strategy on `group` (gpus ranks, each `batch` sequences): memory planned and checked
 // against every rank's free memory (skipped with why), one checked step against one GPU's
-// (made first on the group's first GPU), the timed steps, the step without communication and
-// the collectives alone. Returns rank 0's outcome.
+// (made first on the group's first GPU, or taken from `refs` and kept there), the timed steps,
+// the step without communication and the collectives alone. Returns rank 0's outcome.
 Outcome run_strategy(Context& ctx, const Settings& s, Strategy strategy, std::int64_t batch,
-                     std::uint64_t bucket_bytes, RankGroup& group, const Faults& faults = {});
+                     std::uint64_t bucket_bytes, RankGroup& group, const Faults& faults = {},
+                     References* refs = nullptr);
 
 }  // namespace gpubench::dp
