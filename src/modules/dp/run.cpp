@@ -39,15 +39,15 @@ std::vector<std::int64_t> sample_positions(const ParamPlan& plan,
 // One GPU's step over the whole batch (every rank's sequences as microbatches, the gradients
 // accumulated): its summed gradient and the initial weight at every sample, [grad, weight] per
 // sample; empty when the GPU cannot hold it. Made on rank 0's GPU, handed to every rank.
-std::vector<double> reference_samples(const Settings& s, const ParamPlan& plan, std::int64_t batch,
-                                      Rank& self, RankGroup& group) {
+std::vector<double> reference_samples(const Settings& s, const ParamPlan& plan,
+                                      const std::vector<model::TrainParam>& params,
+                                      std::int64_t batch, Rank& self, RankGroup& group) {
   const int n = group.size();
-  model::TrainStage ref(s.shape(), self.device, {0}, {2 * s.layers}, true, true, batch);
-  const std::vector<model::TrainParam> params = ref.params();
   std::vector<std::int64_t> within;
   const std::size_t count = sample_positions(plan, params, &within).size();
   std::vector<double> out(2 * count + 1, 0.0);  // out[0]: 1 when made
   if (self.rank == 0) {
+    model::TrainStage ref(s.shape(), self.device, {0}, {2 * s.layers}, true, true, batch);
     std::size_t free_b = 0, total_b = 0;
     GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const std::uint64_t need = ref.planned_bytes(n, ref.slab_bytes(0)) + ref.transfer_bytes();
@@ -181,21 +181,21 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
               const MeasureOptions& mo, const Faults& faults, const std::vector<double>* known,
               std::vector<double>& made, Rank& self, RankGroup& group, Outcome& o) {
   const cudaStream_t st = self.stream->get();
+  const model::StageWork w = model::stage_work_blocks(s.model, 0, 2 * s.layers, true, batch,
+                                                      s.seq_len, static_cast<int>(eb));
+  o.flops = w.forward_flops + w.backward_flops;
   std::vector<model::TrainParam> params;
+  ParamPlan plan;
   {
-    model::TrainStage probe(s.shape(), self.device, {0}, {2 * s.layers}, true, true, batch);
+    // The replica's model before anything is allocated: its parameters, what it will hold.
+    const model::TrainStage probe(s.shape(), self.device, {0}, {2 * s.layers}, true, true, batch);
     params = probe.params();
-    o.flops = batch * [&] {
-      const model::StageWork w =
-          model::stage_work_blocks(s.model, 0, 2 * s.layers, true, 1, s.seq_len, 2);
-      return w.forward_flops + w.backward_flops;
-    }();
+    plan = plan_params(params, static_cast<std::int64_t>(o.bucket_bytes) / eb, group.size());
+    o.planned = Replica::plan_memory(s, k, plan, probe);
   }
-  const ParamPlan plan =
-      plan_params(params, static_cast<std::int64_t>(o.bucket_bytes) / eb, group.size());
   o.buckets = static_cast<int>(plan.buckets.size());
-  o.planned = Replica::plan_memory(s, k, plan, batch, self.device);
-  const std::vector<double> ref = known ? *known : reference_samples(s, plan, batch, self, group);
+  const std::vector<double> ref =
+      known ? *known : reference_samples(s, plan, params, batch, self, group);
   if (!known && (self.rank == 0 || group.is_mpi())) made = ref;
   if (std::string why = parallel::agreed_memory_check(group, self.rank, o.planned.total());
       !why.empty()) {

@@ -43,9 +43,10 @@ class Replica final : public model::TrainHooks {
   // `strategy` holds them for `plan`, weights initialised (the same on every rank), moments 0.
   Replica(const Settings& s, Strategy strategy, const ParamPlan& plan, std::int64_t batch,
           Collectives& comm, int device, cudaStream_t st, const Faults& faults = {});
-  // Bytes planned before anything is allocated (memory_plan's).
+  // Bytes planned before anything is allocated (memory_plan's), for a replica whose model is
+  // `ts` (not built: its shapes alone).
   static MemoryPlan plan_memory(const Settings& s, Strategy strategy, const ParamPlan& plan,
-                                std::int64_t batch, int device);
+                                const model::TrainStage& ts);
 
   // One training step on `st`: forward, backward with the gradients' collectives as their
   // buckets complete, then the optimizer (and zero's gather of weights). With a tally, the first
