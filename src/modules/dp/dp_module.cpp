@@ -108,7 +108,9 @@ class DpModule final : public ResolvingModule<Options, Settings> {
           progress::next(fmt::format("{} on {} GPU{}, {} sequences a GPU", to_string(k), n,
                                      n == 1 ? "" : "s", b));
           watched(n, [&](RankGroup& g) {
-            done.push_back(run_strategy(ctx, s, k, b, s.bucket_bytes, g, {}, &refs));
+            done.push_back(guarded(k, n, b, s.bucket_bytes, [&] {
+              return run_strategy(ctx, s, k, b, s.bucket_bytes, g, {}, &refs);
+            }));
           });
         }
     if (most > 1)
@@ -116,8 +118,10 @@ class DpModule final : public ResolvingModule<Options, Settings> {
         if (stopping()) break;
         progress::next(fmt::format("ddp on {} GPUs, buckets of {}", most, format_bytes(bucket)));
         watched(most, [&](RankGroup& g) {
-          sweep.push_back(
-              run_strategy(ctx, s, Strategy::Ddp, s.batch_sizes.front(), bucket, g, {}, &refs));
+          const std::int64_t b = s.batch_sizes.front();
+          sweep.push_back(guarded(Strategy::Ddp, most, b, bucket, [&] {
+            return run_strategy(ctx, s, Strategy::Ddp, b, bucket, g, {}, &refs);
+          }));
         });
       }
     return assemble(s, done, sweep, proc);
@@ -137,6 +141,27 @@ class DpModule final : public ResolvingModule<Options, Settings> {
                                      info->sm_clock_max_MHz))
         return spec->peak(s.dtype == ActDtype::BF16 ? "bf16" : "fp16").value_or(0.0);
     return 0;
+  }
+
+  // One point, run: a point that breaks (out of memory despite the plan, a GPU error) is reported
+  // as failed and the others still run; bad input ends the run.
+  template <class F>
+  static Outcome guarded(Strategy k, int gpus, std::int64_t batch, std::uint64_t bucket,
+                         const F& run) {
+    try {
+      return run();
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      Outcome o;
+      o.strategy = k;
+      o.gpus = gpus;
+      o.batch = batch;
+      o.bucket_bytes = k == Strategy::Fsdp ? 0 : bucket;
+      o.status = "failed";
+      o.note = e.what();
+      return o;
+    }
   }
 
   // The same strategy and batch on one GPU, measured: what speed-ups are against.
