@@ -390,14 +390,12 @@ void Replica::collectives_alone(cudaStream_t st) {
 }
 
 Replica::Sample Replica::sample(std::int64_t e) const {
-  const bool full_grads = k_ == Strategy::Ddp || (k_ == Strategy::Zero1 && plan_.owner(e) == rank_);
   const std::int64_t si = shard_index(e);
+  // zero1 keeps the whole gradient buffer, its own chunks reduced in place.
+  const std::int64_t gi = k_ == Strategy::Ddp ? e : k_ == Strategy::Zero1 ? (si >= 0 ? e : -1) : si;
   Sample out;
-  out.grad = full_grads
-                 ? read_one(grads_.get(), e, eb_, false, s_.dtype)
-                 : read_one(grads_.get(), k_ == Strategy::Zero1 ? -1 : si, eb_, false, s_.dtype);
+  out.grad = read_one(grads_.get(), gi, eb_, false, s_.dtype);
   out.master = read_one(master_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
-  out.weight = read_one(weights_.get(), k_ == Strategy::Fsdp ? si : e, eb_, false, s_.dtype);
   return out;
 }
 

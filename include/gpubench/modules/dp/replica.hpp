@@ -60,12 +60,10 @@ class Replica final : public model::TrainHooks {
   void arm_trace() { tracing_ = true; }
   std::vector<TraceSpan> trace(const Event& start);
 
-  model::TrainStage& stage() { return *ts_; }
-  // After a step: the reduced gradient (the sum over the ranks), the fp32 master weight and the
-  // weight the model computes with at flat element e, as this rank holds them (NaN where it
-  // does not: another rank's shard).
+  // After a step: the reduced gradient (the sum over the ranks) and the fp32 master weight at
+  // flat element e, as this rank holds them (NaN where it does not: another rank's shard).
   struct Sample {
-    double grad, master, weight;
+    double grad, master;
   };
   Sample sample(std::int64_t e) const;
   // An order-independent hash of every bit of what each rank holds whole: the weights (not fsdp,
