@@ -21,12 +21,6 @@ namespace {
 
 using Rig = gpubench::testing::QuickRig;
 
-int gpu_count() {
-  int n = 0;
-  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
-  return n;
-}
-
 // llama-2-7b's shapes cut to 4 layers, short prompts: seconds, not minutes.
 Settings small() {
   Options o;
@@ -129,7 +123,7 @@ TEST(AdviseGpu, AModelTooLargeForOneGpuIsCheckedCutDown) {
 }
 
 TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
   const Settings s = small();
   RankGroup group(rig.gpus);
@@ -144,7 +138,7 @@ TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
 }
 
 TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
   const Settings s = small();
   Needs n;

@@ -22,12 +22,6 @@ namespace {
 
 using Rig = gpubench::testing::QuickRig;
 
-int gpu_count() {
-  int n = 0;
-  GPB_CUDA_CHECK(cudaGetDeviceCount(&n));
-  return n;
-}
-
 // llama-2-7b's shapes cut to 2 layers, short sequences, buckets of 40 MB (several a run).
 Settings small() {
   Options o;
@@ -35,7 +29,7 @@ Settings small() {
   o.seq_len = 256;
   o.batch_sizes = "2";
   o.bucket_size = "40MB";
-  return resolve_settings(o, true, gpu_count());
+  return resolve_settings(o, true, visible_device_count());
 }
 
 const std::vector<Strategy> kAll{Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp};
@@ -142,7 +136,7 @@ TEST(DpGpu, AZeroedGradientBucketFailsTheCheck) {
 }
 
 TEST(DpGpu, EveryStrategyOnTwoGpusMatchesOneGpuOverTheWholeBatch) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
   const Settings s = small();
   RankGroup group(rig.gpus);
