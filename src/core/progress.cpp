@@ -160,6 +160,20 @@ void end() {
   clear_line();
 }
 
+Position position() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return {s.module, s.current, s.total};
+}
+
+void resume(const Position& p) {
+  begin(p.module);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.current = p.current;
+  s.total = p.total;
+}
+
 bool board(const std::vector<std::string>& lines) {
   if (!stderr_is_terminal() || !spdlog::default_logger()->should_log(spdlog::level::info))
     return false;

@@ -1,6 +1,8 @@
 // Every module of the product, in a fixed order.
 #include <CLI/CLI.hpp>
 
+#include <stdexcept>
+
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/system.hpp"
 
@@ -39,6 +41,12 @@ std::vector<ModulePtr> make_modules() {
   m.push_back(make_check_module());
   m.push_back(make_stress_module());
   return m;
+}
+
+ModulePtr make_module(const std::string& name) {
+  for (ModulePtr& m : make_modules())
+    if (m->name() == name) return std::move(m);
+  throw std::logic_error("no module is called " + name);
 }
 
 }  // namespace gpubench

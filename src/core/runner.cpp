@@ -128,8 +128,10 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
 }
 
 Report run_nested(Module& module, Context& parent) {
+  const progress::Position at = progress::position();
   Report r = run_module(module, parent.common(), parent.system(), parent.run_id(), parent.command(),
                         [&parent](Report& stalled) { return parent.stall(stalled); });
+  progress::resume(at);
   return r;
 }
 

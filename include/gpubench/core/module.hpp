@@ -83,5 +83,8 @@ using ModulePtr = std::unique_ptr<Module>;
 
 // Every module of the product in a fixed order (src/core/registry.cpp).
 std::vector<ModulePtr> make_modules();
+// The module called `name`, for a module that runs another through the core (check's battery,
+// advise's training runs). std::logic_error when there is none: callers name the product's own.
+ModulePtr make_module(const std::string& name);
 
 }  // namespace gpubench

@@ -24,6 +24,14 @@ void expect(std::size_t total);
 void next(const std::string& what);
 // The module ended: the status line is cleared (its tables come next).
 void end();
+// Where the count stands, to be taken up again after a module run inside this one (which
+// begins its own): resume() begins p.module with its count, the clock restarted.
+struct Position {
+  std::string module;
+  std::size_t current = 0, total = 0;
+};
+Position position();
+void resume(const Position& p);
 // A live view: `lines` shown in place of the status line and redrawn by the next call (a log
 // line lifts them out of its way, as it does the status line). On a terminal, where the log
 // level shows info, only: false elsewhere, for the caller to log plain lines now and then.

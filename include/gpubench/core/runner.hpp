@@ -29,7 +29,8 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
 
 // Runs `module` inside the run of `parent` (check's battery): on the parent's GPUs with its common
 // options, as a run of its own with its own report and metadata, under the parent's run id; a
-// stall inside it reaches the parent's stall sink with the nested report.
+// stall inside it reaches the parent's stall sink with the nested report; the parent's progress
+// line is taken up again where it stood.
 Report run_nested(Module& module, Context& parent);
 
 }  // namespace gpubench

@@ -116,6 +116,12 @@ class TrainStage {
   // workspace, the check's copy of a gradient and the saved activations at their peak.
   std::uint64_t planned_bytes(int microbatches, std::uint64_t peak_slab,
                               bool own_params = true) const;
+  // What a data-parallel replica (one chunk, one microbatch, parameters placed by the caller)
+  // holds besides its weights, gradients and optimizer state: planned_bytes' rest with one
+  // microbatch's saved activations, and the buffer its input gradient is left in.
+  std::uint64_t replica_bytes() const {
+    return planned_bytes(1, slab_bytes(0), false) + transfer_bytes();
+  }
   cudaMemPool_t pool() const { return pool_; }
   std::uint64_t pool_high() const {
     std::uint64_t v = 0;

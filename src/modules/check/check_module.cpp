@@ -50,12 +50,6 @@ std::vector<Step> battery(const System& sys, const std::vector<int>& gpus, bool 
   return steps;
 }
 
-ModulePtr module_named(const std::string& name) {
-  for (ModulePtr& m : make_modules())
-    if (m->name() == name) return std::move(m);
-  throw std::logic_error("check's battery names no module " + name);
-}
-
 std::vector<Report> without_check(std::vector<Report> reports) {
   reports.erase(std::remove_if(reports.begin(), reports.end(),
                                [](const Report& r) { return r.module == "check"; }),
@@ -186,7 +180,7 @@ class CheckModule final : public ResolvingModule<check::Options, check::Settings
   }
   // One battery module; one that cannot run here is a failed report, never the end of check.
   static Report run_step(const Step& step, Context& ctx) {
-    ModulePtr m = module_named(step.module);
+    ModulePtr m = make_module(step.module);
     configure_module(*m, step.args);
     try {
       return run_nested(*m, ctx);

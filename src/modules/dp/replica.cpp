@@ -80,8 +80,7 @@ double read_one(const void* base, std::int64_t i, std::int64_t eb, bool fp32, Ac
 
 MemoryPlan Replica::plan_memory(const Settings& s, Strategy strategy, const ParamPlan& plan,
                                 const model::TrainStage& ts) {
-  const std::uint64_t rest = ts.planned_bytes(1, ts.slab_bytes(0), false) + ts.transfer_bytes();
-  return memory_plan(strategy, plan, static_cast<int>(act_bytes(s.dtype)), rest);
+  return memory_plan(strategy, plan, static_cast<int>(act_bytes(s.dtype)), ts.replica_bytes());
 }
 
 Replica::Replica(const Settings& s, Strategy strategy, const ParamPlan& plan, std::int64_t batch,

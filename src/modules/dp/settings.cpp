@@ -16,7 +16,7 @@ constexpr std::int64_t kMaxBatch = 4096;
 constexpr std::uint64_t kMinBucket = 1'000'000, kMaxBucket = 64'000'000'000;
 
 std::vector<Strategy> parse_strategies(const std::string& text) {
-  const std::vector<Strategy> all{Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp};
+  const std::vector<Strategy> all = parallel::every_strategy();
   std::vector<Strategy> out;
   for (const auto& item : split_list(trim(text).empty() ? "all" : trim(text))) {
     const std::string w = trim(item);
@@ -52,20 +52,6 @@ double shortest(float v) {
 }
 
 }  // namespace
-
-const char* to_string(Strategy s) {
-  switch (s) {
-    case Strategy::Ddp:
-      return "ddp";
-    case Strategy::Zero1:
-      return "zero1";
-    case Strategy::Zero2:
-      return "zero2";
-    case Strategy::Fsdp:
-      return "fsdp";
-  }
-  return "?";
-}
 
 Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   Settings s;

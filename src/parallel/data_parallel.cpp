@@ -1,13 +1,13 @@
-// Host side of `gpubench dp`: the flat parameter buffer's buckets and shards, and what each
-// strategy holds on a GPU.
+// Data parallelism's host arithmetic: the flat parameter buffer's buckets and shards, and what
+// each strategy holds on a GPU.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "gpubench/core/errors.hpp"
-#include "gpubench/modules/dp/dp.hpp"
+#include "gpubench/parallel/data_parallel.hpp"
 
-namespace gpubench::dp {
+namespace gpubench::parallel {
 
 namespace {
 
@@ -42,6 +42,24 @@ std::vector<std::pair<int, int>> group_units(const std::vector<std::int64_t>& un
 }
 
 }  // namespace
+
+const char* to_string(Strategy s) {
+  switch (s) {
+    case Strategy::Ddp:
+      return "ddp";
+    case Strategy::Zero1:
+      return "zero1";
+    case Strategy::Zero2:
+      return "zero2";
+    case Strategy::Fsdp:
+      return "fsdp";
+  }
+  return "?";
+}
+
+std::vector<Strategy> every_strategy() {
+  return {Strategy::Ddp, Strategy::Zero1, Strategy::Zero2, Strategy::Fsdp};
+}
 
 std::int64_t ParamPlan::chunk_elems(int b) const {
   return buckets.at(static_cast<std::size_t>(b)).elems / ranks;
@@ -129,4 +147,4 @@ MemoryPlan memory_plan(Strategy s, const ParamPlan& p, int elem_bytes, std::uint
   return m;
 }
 
-}  // namespace gpubench::dp
+}  // namespace gpubench::parallel
