@@ -31,7 +31,8 @@
 #   seqlen_quick  seqlen --quick
 #   compare       bandwidth --quick twice, the second run compared with the first
 #   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
-#   advise        advise (llama-2-7b) beside seqlen's generation; advise_70b llama-2-70b
+#   advise        advise (llama-2-7b) beside seqlen's generation (one GPU: and training at 8
+#                 layers); advise_70b llama-2-70b
 #   dp            dp, llama-2-7b at 4 x 4096 tokens a GPU (one GPU: 8 layers; several: all)
 #   stress        stress --quick; stress_long 9 minutes; stress_gemm the GEMM load beside matmul
 #                 --sustained; stress_live the live view on a terminal (under script)
@@ -156,12 +157,14 @@ if has check; then
   wait "$load"
 fi
 
-# advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences), beside seqlen's
-# generation of the same shapes on one GPU (the baseline both run); advise_70b: llama-2-70b,
-# which no one GPU holds (several GPUs only).
+# advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences, training at 4 x
+# 4096 tokens a GPU), beside seqlen's generation of the same shapes on one GPU (the baseline both
+# run); one GPU also advise_train, training cut to 8 layers (no one GPU trains all 32);
+# advise_70b: llama-2-70b, which no one GPU holds (several GPUs only).
 if has advise; then
   gpb advise 500 advise
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
+  ((ngpu == 1)) && gpb advise_train 300 advise --workload train --layers 8
 fi
 has advise_70b && gpb advise_70b 590 advise --model llama-2-70b
 

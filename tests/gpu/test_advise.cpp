@@ -1,6 +1,7 @@
 // advise on the GPUs: the building blocks measured (a tensor-parallel shard's parts on one GPU),
 // a generation end to end checked against a prefill of its whole stream, a wrong reference
-// caught, and on 2 or more GPUs every layout of 2 GPUs generating the same logits.
+// caught, on 2 or more GPUs every layout of 2 GPUs generating the same logits; training's blocks
+// and a training layout run by `dp` and checked there.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -150,4 +151,65 @@ TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
   // More bytes take longer, both ways of moving them.
   EXPECT_LT(b.all_reduce_s.at({2, 8192}), b.all_reduce_s.at({2, 8u << 20}));
   EXPECT_LT(b.transfer_s.at(8192), b.transfer_s.at(8u << 20));
+}
+
+namespace {
+
+// Training: llama-2-7b's shapes cut to 2 layers, one sequence of 512 tokens a GPU.
+Settings small_training() {
+  Options o;
+  o.workload = "train";
+  o.layers = 2;
+  o.train_batch = 1;
+  o.seq_len = 512;
+  return resolve_settings(o, true);
+}
+
+}  // namespace
+
+// One GPU: the training blocks measured, the baseline predicted from them, then run by `dp`
+// through the core and checked there; the prediction is of the same order as the step.
+TEST(AdviseGpu, OneGpuTrainingStepIsPredictedAndRunByDp) {
+  Rig rig(1);
+  const Settings s = small_training();
+  const TrainFootprint f = train_footprint(s, rig.gpus.front());
+  ASSERT_EQ(f.params.size(), 2u * 2 * 2 + 1);  // two linears a half-layer, the head
+  EXPECT_GT(f.rest, 0u);
+  const Plan p = make_train_plan(s, 1, parallel::Strategy::Ddp, f, 0);
+  const Blocks b = calibrate(rig.ctx, s, needs_of(s, p));
+  ASSERT_TRUE(b.train_forward.count(1) && b.train_backward.count(1));
+  EXPECT_GT(b.train_forward.at(1).layer, 0);
+  // A layer's backward runs twice the forward's GEMMs and attention's stand-in.
+  EXPECT_GT(b.train_backward.at(1).layer, b.train_forward.at(1).layer);
+  EXPECT_GT(b.adamw_s, 0);
+  const Prediction pred = predict(s, p, b);
+  const Measured m = run_training(rig.ctx, s, p);
+  EXPECT_EQ(m.status, "ok") << m.note;
+  EXPECT_FALSE(m.checked_by.empty());
+  EXPECT_LT(m.check_error, 0.02);
+  ASSERT_GT(m.e2e_s, 0);
+  EXPECT_NEAR(m.tokens_per_s, 512 / m.e2e_s, 1e-6 * m.tokens_per_s);
+  EXPECT_GT(pred.e2e_s, 0.5 * m.e2e_s);
+  EXPECT_LT(pred.e2e_s, 2.0 * m.e2e_s);
+}
+
+// Two GPUs: reduce-scatters and all-gathers timed like the all-reduces, and a ddp layout of both
+// GPUs run by `dp` and checked against one GPU.
+TEST(AdviseGpu, TwoGpuTrainingCollectivesAndRun) {
+  if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  Rig rig(2);
+  const Settings s = small_training();
+  Needs n;
+  n.reduce_scatters = n.all_gathers = {{2, 1u << 20}, {2, 64u << 20}};
+  const Blocks b = calibrate(rig.ctx, s, n);
+  ASSERT_EQ(b.reduce_scatter_s.size(), 2u);
+  ASSERT_EQ(b.all_gather_s.size(), 2u);
+  EXPECT_LT(b.reduce_scatter_s.at({2, 1u << 20}), b.reduce_scatter_s.at({2, 64u << 20}));
+  EXPECT_LT(b.all_gather_s.at({2, 1u << 20}), b.all_gather_s.at({2, 64u << 20}));
+  const TrainFootprint f = train_footprint(s, rig.gpus.front());
+  for (parallel::Strategy k : {parallel::Strategy::Ddp, parallel::Strategy::Fsdp}) {
+    const Measured m = run_training(rig.ctx, s, make_train_plan(s, 2, k, f, 0));
+    EXPECT_EQ(m.status, "ok") << m.note;
+    EXPECT_NEAR(m.tokens_per_s, 2 * 512 / m.e2e_s, 1e-6 * m.tokens_per_s);
+  }
 }

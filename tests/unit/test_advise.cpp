@@ -69,7 +69,8 @@ TEST(AdviseSettings, Defaults) {
   const Settings s = resolve_settings(Options{}, false);
   EXPECT_EQ(s.model.hidden_size, 4096);
   EXPECT_EQ(s.layers, 32);  // every decoder layer of llama-2-7b
-  EXPECT_EQ(s.workloads, (std::vector<Workload>{Workload::Latency, Workload::Throughput}));
+  EXPECT_EQ(s.workloads,
+            (std::vector<Workload>{Workload::Latency, Workload::Throughput, Workload::Train}));
   EXPECT_EQ(s.prompt, 1024);
   EXPECT_EQ(s.output_len, 128);
   EXPECT_EQ(s.batch_sizes, (std::vector<std::int64_t>{8, 32}));

@@ -41,6 +41,7 @@ struct Question {
   std::vector<std::string> dropped;  // layouts that cannot run, with why
 };
 
+// Latency: the shorter generation; throughput and training: more tokens a second.
 bool better(Workload w, const Prediction& a, const Prediction& b) {
   return w == Workload::Latency ? a.e2e_s < b.e2e_s : a.tokens_per_s > b.tokens_per_s;
 }
@@ -50,6 +51,7 @@ bool better(Workload w, const Prediction& a, const Prediction& b) {
 struct GpuRoom {
   int cc_major = 0;
   std::uint64_t bytes = 0;
+  TrainFootprint train;  // a training replica's, when training is advised
 };
 
 // The smallest free memory of the selected GPUs, or --memory.
@@ -82,6 +84,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   std::vector<std::string> examples() const override {
     return {"gpubench advise --model llama-2-7b",
             "gpubench advise --model llama-2-70b --workload throughput --batch-sizes 8,32",
+            "gpubench advise --workload train --train-batch 4 --seq-len 4096",
             "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2",
             "gpubench advise --from results/reference/h100/advise --top 0"};
   }
@@ -96,12 +99,17 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                    "A HuggingFace config.json instead of a preset");
     app.add_option("--workload", opts_.workload,
                    "latency (one sequence a replica: time to first token and per token), "
-                   "throughput (tokens/s at --batch-sizes) or all (default)");
+                   "throughput (tokens/s at --batch-sizes), train (data-parallel training "
+                   "steps) or all (default)");
     app.add_option("--prompt", opts_.prompt, "Prompt tokens a sequence (default 1024; quick 512)");
     app.add_option("--output-len", opts_.output_len,
                    "Tokens generated a sequence (default 128; quick 32)");
     app.add_option("--batch-sizes", opts_.batch_sizes,
                    "throughput: sequences on the node (default 8,32; quick 16)");
+    app.add_option("--train-batch", opts_.train_batch,
+                   "train: sequences a GPU trains a step (default 4; quick 1)");
+    app.add_option("--seq-len", opts_.seq_len,
+                   "train: tokens a sequence (default 4096; quick 1024)");
     app.add_option("--memory", opts_.memory,
                    "GiB a GPU may hold (default: what each GPU has free)");
     app.add_option("--layers", opts_.layers, "Run only this many decoder layers (0: all)")
@@ -146,7 +154,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
     const int gpus = static_cast<int>(ctx.gpus().size());
-    const GpuRoom room{compute_capability_major(ctx.gpus().front()), gpu_bytes(s, ctx.gpus())};
+    GpuRoom room;
+    room.cc_major = compute_capability_major(ctx.gpus().front());
+    room.bytes = gpu_bytes(s, ctx.gpus());
+    if (std::find(s.workloads.begin(), s.workloads.end(), Workload::Train) != s.workloads.end())
+      room.train = train_footprint(s, ctx.gpus().front());
     std::vector<Question> questions = plan_all(s, gpus, room);
     std::vector<Needs> needs;
     for (const Question& q : questions)
@@ -186,7 +198,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     std::vector<Layout> layouts = parallel::every_layout(gpus, s.model);
     if (gpus > 1) layouts.insert(layouts.begin(), Layout{});
     std::vector<Question> out;
-    for (Workload w : s.workloads)
+    for (Workload w : s.workloads) {
+      if (w == Workload::Train) {
+        out.push_back(plan_training(s, gpus, room));
+        continue;
+      }
       for (std::int64_t batch :
            w == Workload::Latency ? std::vector<std::int64_t>{1} : s.batch_sizes) {
         Question q;
@@ -203,7 +219,30 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         }
         out.push_back(q);
       }
+    }
     return out;
+  }
+
+  // Training: one GPU alone (the baseline) and, on several, each data-parallel strategy over
+  // them all.
+  static Question plan_training(const Settings& s, int gpus, const GpuRoom& room) {
+    Question q;
+    q.workload = Workload::Train;
+    q.batch = s.train_batch;
+    std::vector<Plan> plans{make_train_plan(s, 1, parallel::Strategy::Ddp, room.train, room.bytes)};
+    if (gpus > 1)
+      for (parallel::Strategy k : parallel::every_strategy())
+        plans.push_back(make_train_plan(s, gpus, k, room.train, room.bytes));
+    for (const Plan& p : plans) {
+      Candidate c;
+      c.plan = p;
+      c.baseline = p.layout.gpus() == 1;
+      if (p.why_not.empty())
+        q.candidates.push_back(c);
+      else
+        q.dropped.push_back(fmt::format("{}: {}", p.name(), p.why_not));
+    }
+    return q;
   }
 
   // Plans again with the measured parts, predicted and ranked; candidates whose blocks could
@@ -213,16 +252,19 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     for (Question& q : questions) {
       std::vector<Candidate> kept;
       for (Candidate& c : q.candidates) {
+        // Training plans balance nothing: they are as planned.
         const Plan p =
-            make_plan(s, c.plan.layout, q.workload, q.batch,
-                      balance_parts(s, blocks, c.plan.layout.tp), room.cc_major, room.bytes);
+            q.workload == Workload::Train
+                ? c.plan
+                : make_plan(s, c.plan.layout, q.workload, q.batch,
+                            balance_parts(s, blocks, c.plan.layout.tp), room.cc_major, room.bytes);
         try {
           if (!p.why_not.empty()) throw InputError(p.why_not);
           c.plan = p;
           c.predicted = predict(s, c.plan, blocks);
           kept.push_back(c);
         } catch (const InputError& e) {
-          q.dropped.push_back(fmt::format("{}: {}", c.plan.layout.name(), e.what()));
+          q.dropped.push_back(fmt::format("{}: {}", c.plan.name(), e.what()));
         }
       }
       std::stable_sort(kept.begin(), kept.end(), [&](const Candidate& a, const Candidate& b) {
@@ -246,10 +288,12 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         if (!c.baseline && shown >= s.top) continue;
         if (!c.baseline) ++shown;
         progress::next(
-            fmt::format("{}, batch {}: {}", to_string(q.workload), q.batch, c.plan.layout.name()));
+            fmt::format("{}, batch {}: {}", to_string(q.workload), q.batch, c.plan.name()));
         auto watchdog = ctx.watchdog("advise", s.timeout_s);
         try {
-          if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
+          if (q.workload == Workload::Train)
+            c.measured = run_training(ctx, s, c.plan);
+          else if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
             c.measured = run_generation(ctx, s, c.plan, *group, refs);
         } catch (const InputError&) {
           throw;
@@ -293,8 +337,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
           q.workload == Workload::Latency
               ? fmt::format("Latency: {}, {}-token prompt, {} generated", s.model.name, s.prompt,
                             s.output_len)
-              : fmt::format("Throughput: {}, {} sequences, {}-token prompts, {} generated",
-                            s.model.name, q.batch, s.prompt, s.output_len);
+          : q.workload == Workload::Throughput
+              ? fmt::format("Throughput: {}, {} sequences, {}-token prompts, {} generated",
+                            s.model.name, q.batch, s.prompt, s.output_len)
+              : fmt::format("Training: {} ({} layers), {} sequences of {} tokens a GPU a step",
+                            s.model.name, s.layers, q.batch, s.seq_len);
       const Candidate* best = nullptr;
       const Candidate* base = nullptr;
       for (const Candidate& c : q.candidates) {
@@ -333,7 +380,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                       const Candidate& c, std::vector<double>& errors, bool best) {
     CaseResult r;
     r.group = group;
-    r.name = c.plan.layout.name() + (c.baseline ? " (one GPU)" : "");
+    r.name = c.plan.name() + (c.baseline ? " (one GPU)" : "");
+    if (q.workload == Workload::Train) {
+      add_train_row(report, r, c, errors, best);
+      return;
+    }
     r.params = {{"workload", to_string(q.workload)},
                 {"batch", c.plan.batch},
                 {"dp", c.plan.layout.dp},
@@ -374,9 +425,46 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     report.add(r);
   }
 
+  static void add_train_row(Report& report, CaseResult& r, const Candidate& c,
+                            std::vector<double>& errors, bool best) {
+    r.params = {{"workload", "train"},
+                {"batch", c.plan.batch},
+                {"dp", c.plan.layout.dp},
+                {"strategy", parallel::to_string(c.plan.strategy)},
+                {"sequences_per_gpu", c.plan.micro},
+                {"buckets", c.plan.buckets.size()}};
+    const Prediction& p = c.predicted;
+    r.metric("pred_step_ms", p.e2e_s * 1e3, "ms");
+    r.metric("pred_tokens_per_s", p.tokens_per_s, "tokens/s");
+    r.metric("pred_exposed_comm_ms", p.comm_s * 1e3, "ms");
+    r.metric("memory_GiB", static_cast<double>(c.plan.memory_per_gpu) / (1ull << 30), "GiB");
+    if (!c.measured) {
+      r.status = "unchecked";
+      r.note = "predicted only: not among the layouts run";
+      report.add(r);
+      return;
+    }
+    const Measured& m = *c.measured;
+    r.status = m.status;
+    r.note = m.checked_by.empty() ? m.note
+                                  : fmt::format("checked against {} (gradient error {:.3g})",
+                                                m.checked_by, m.check_error);
+    if (m.e2e_s > 0) {
+      r.metric("step_ms", m.e2e_s * 1e3, "ms");
+      r.metric("tokens_per_s", m.tokens_per_s, "tokens/s");
+      r.metric("measured_memory_GiB", static_cast<double>(m.memory_per_gpu) / (1ull << 30), "GiB");
+      const double err = error_pct(p.e2e_s, m.e2e_s);
+      r.metric("error_pct", err, "%");
+      if (m.status == "ok") errors.push_back(err);
+    }
+    if (best) r.note = "best measured; " + r.note;
+    report.add(r);
+  }
+
   static std::string question_title(const Question& q) {
-    return q.workload == Workload::Latency ? std::string("Latency")
-                                           : fmt::format("Throughput at {} sequences", q.batch);
+    return q.workload == Workload::Latency      ? std::string("Latency")
+           : q.workload == Workload::Throughput ? fmt::format("Throughput at {} sequences", q.batch)
+                                                : std::string("Training");
   }
 
   void headline(Report& report, const Question& q, const Candidate& best, const Candidate* base,
@@ -384,18 +472,24 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     const Measured& m = *best.measured;
     const std::string sentence = fmt::format(
         "{}: run {}. {} Measured: {} (prediction error {:+.1f}%).", question_title(q),
-        best.plan.layout.gpus() == 1 ? "one GPU" : best.plan.layout.name(),
-        explain(best.plan, best.predicted, base ? base->predicted : best.predicted, hbm_GBps,
+        best.plan.layout.gpus() == 1 ? "one GPU" : best.plan.name(),
+        explain(best.plan, best.predicted, base ? base->predicted : Prediction{}, hbm_GBps,
                 peak_tflops),
         q.workload == Workload::Latency ? fmt::format("{:.2f} ms a token, {:.1f} ms to the first",
                                                       m.tpot_s * 1e3, m.ttft_s * 1e3)
-                                        : fmt::format("{:.0f} tokens/s", m.tokens_per_s),
+        : q.workload == Workload::Train
+            ? fmt::format("{:.1f} ms a step, {:.0f} tokens/s", m.e2e_s * 1e3, m.tokens_per_s)
+            : fmt::format("{:.0f} tokens/s", m.tokens_per_s),
         error_pct(best.predicted.e2e_s, m.e2e_s));
     report.findings.push_back(sentence);
     if (q.workload == Workload::Latency) {
       report.set_headline_text("latency_best_layout", best.plan.layout.name());
       report.set_headline("latency_best_tpot_ms", m.tpot_s * 1e3, "ms");
       report.set_headline("latency_best_ttft_ms", m.ttft_s * 1e3, "ms");
+    } else if (q.workload == Workload::Train) {
+      report.set_headline_text("train_best_layout", best.plan.name());
+      report.set_headline("train_best_step_ms", m.e2e_s * 1e3, "ms");
+      report.set_headline("train_best_tokens_per_s", m.tokens_per_s, "tokens/s");
     } else {
       report.set_headline_text(fmt::format("throughput_best_layout_b{}", q.batch),
                                best.plan.layout.name());
@@ -404,7 +498,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     }
     advice.push_back({{"workload", to_string(q.workload)},
                       {"batch", q.batch},
-                      {"layout", best.plan.layout.name()},
+                      {"layout", best.plan.name()},
                       {"why", sentence}});
   }
 };

@@ -137,10 +137,34 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
   }
 }
 
-// NCCL on the first `ranks` GPUs: each size's all-reduce (in place, kGraphRepeats in a graph),
-// or (ranks 2, sends) rank 0's send to rank 1.
+enum class Nccl { AllReduce, ReduceScatter, AllGather, Send };
+
+// One collective over `bytes` of the whole buffer, in place (rank r's chunk at r x bytes / ranks).
+void collective(Nccl kind, void* buf, std::uint64_t bytes, ncclDataType_t type, int rank, int ranks,
+                ncclComm_t comm, cudaStream_t st) {
+  char* base = static_cast<char*>(buf);
+  const std::size_t elems = bytes / 2, chunk = elems / static_cast<std::size_t>(ranks);
+  char* mine = base + static_cast<std::size_t>(rank) * chunk * 2;
+  switch (kind) {
+    case Nccl::AllReduce:
+      GPB_NCCL_CHECK(ncclAllReduce(buf, buf, elems, type, ncclSum, comm, st));
+      break;
+    case Nccl::ReduceScatter:
+      GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm, st));
+      break;
+    case Nccl::AllGather:
+      GPB_NCCL_CHECK(ncclAllGather(mine, buf, chunk, type, comm, st));
+      break;
+    case Nccl::Send:
+      break;
+  }
+}
+
+// NCCL on the first `ranks` GPUs: each size's collective (in place, kGraphRepeats in a graph),
+// or (ranks 2, Send) rank 0's send to rank 1.
 std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int ranks,
-                                          const std::vector<std::uint64_t>& sizes, bool sends) {
+                                          const std::vector<std::uint64_t>& sizes, Nccl kind) {
+  const bool sends = kind == Nccl::Send;
   std::map<std::uint64_t, double> out;
   auto group = leading_ranks(ctx, ranks, "--workload");
   if (!group) return out;
@@ -165,15 +189,13 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
         };
         m = group->measure(self, move, mo);
       } else {
-        const std::size_t elems = bytes / 2;
         // Once eagerly first: NCCL sets up its connections outside the capture.
-        GPB_NCCL_CHECK(ncclAllReduce(buf.get(), buf.get(), elems, type, ncclSum, comm.get(), st));
+        collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), st);
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         CudaGraph graph;
         graph.capture(st, [&](cudaStream_t s2) {
           for (int i = 0; i < kGraphRepeats; ++i)
-            GPB_NCCL_CHECK(
-                ncclAllReduce(buf.get(), buf.get(), elems, type, ncclSum, comm.get(), s2));
+            collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), s2);
         });
         m = group->measure(
             self, [&](cudaStream_t s2, int) { graph.launch(s2); }, mo);
@@ -196,17 +218,28 @@ Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
     spdlog::info("advise: compute at tp={} for {} microbatch size(s)", t, list.size());
     compute_parts(ctx, s, t, list, blocks);
   }
-  std::map<int, std::vector<std::uint64_t>> reduces;
-  for (const auto& [t, bytes] : needs.all_reduces) reduces[t].push_back(bytes);
-  for (const auto& [t, sizes] : reduces) {
-    if (Context::interrupted()) return blocks;
-    spdlog::info("advise: all-reduces on {} GPUs", t);
-    for (const auto& [bytes, sec] : time_nccl(ctx, s, t, sizes, false))
-      blocks.all_reduce_s[{t, bytes}] = sec;
+  if (!needs.train.empty() && !Context::interrupted()) {
+    spdlog::info("advise: training steps for {} batch size(s)", needs.train.size());
+    train_parts(ctx, s, needs.train, needs.adamw, ctx.gpus().front(), blocks);
+  }
+  using Sizes = std::vector<std::pair<int, std::uint64_t>>;
+  using Into = std::map<std::pair<int, std::uint64_t>, double>;
+  for (auto [kind, list, into, what] :
+       {std::tuple<Nccl, const Sizes*, Into*, const char*>{Nccl::AllReduce, &needs.all_reduces,
+                                                           &blocks.all_reduce_s, "all-reduces"},
+        {Nccl::ReduceScatter, &needs.reduce_scatters, &blocks.reduce_scatter_s, "reduce-scatters"},
+        {Nccl::AllGather, &needs.all_gathers, &blocks.all_gather_s, "all-gathers"}}) {
+    std::map<int, std::vector<std::uint64_t>> by_ranks;
+    for (const auto& [t, bytes] : *list) by_ranks[t].push_back(bytes);
+    for (const auto& [t, sizes] : by_ranks) {
+      if (Context::interrupted()) return blocks;
+      spdlog::info("advise: {} on {} GPUs", what, t);
+      for (const auto& [bytes, sec] : time_nccl(ctx, s, t, sizes, kind)) (*into)[{t, bytes}] = sec;
+    }
   }
   if (!needs.transfers.empty() && !Context::interrupted()) {
     spdlog::info("advise: stage-to-stage sends");
-    blocks.transfer_s = time_nccl(ctx, s, 2, needs.transfers, true);
+    blocks.transfer_s = time_nccl(ctx, s, 2, needs.transfers, Nccl::Send);
   }
   return blocks;
 }

@@ -66,6 +66,72 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
   return p;
 }
 
+std::string Plan::name() const {
+  if (workload != Workload::Train || layout.gpus() == 1) return layout.name();
+  return fmt::format("{} {}", layout.name(), parallel::to_string(strategy));
+}
+
+namespace {
+
+// The buckets of a training plan with their units' compute: a half-layer's share of its layer's
+// forward and backward FLOPs (attention's and the MLP's differ), the head apart.
+std::vector<TrainBucket> train_buckets(const Settings& s, const std::vector<model::TrainParam>& f,
+                                       const parallel::ParamPlan& plan) {
+  const auto share = [&](int unit, bool forward) {
+    const auto half = model::stage_work_blocks(s.model, unit % 2, 1, false, s.train_batch,
+                                               s.seq_len, s.elem_bytes);
+    const auto layer =
+        model::stage_work_blocks(s.model, 0, 2, false, s.train_batch, s.seq_len, s.elem_bytes);
+    return forward ? half.forward_flops / layer.forward_flops
+                   : half.backward_flops / layer.backward_flops;
+  };
+  const int head_unit = f.back().unit;
+  std::vector<TrainBucket> out;
+  for (const parallel::Bucket& b : plan.buckets) {
+    TrainBucket t;
+    t.elems = b.elems;
+    for (int u = b.first_unit; u <= b.last_unit; ++u) {
+      if (u == head_unit) {
+        t.head = true;
+        continue;
+      }
+      t.forward_layers += share(u, true);
+      t.backward_layers += share(u, false);
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+Plan make_train_plan(const Settings& s, int gpus, parallel::Strategy k, const TrainFootprint& f,
+                     std::uint64_t gpu_bytes) {
+  if (gpus < 1 || f.params.empty())
+    throw InputError(
+        fmt::format("a training plan of {} GPUs and {} parameters", gpus, f.params.size()));
+  Plan p;
+  p.layout.dp = gpus;
+  p.workload = Workload::Train;
+  p.strategy = gpus == 1 ? parallel::Strategy::Ddp : k;
+  p.sequences = p.micro = s.train_batch;
+  p.batch = gpus * s.train_batch;
+  p.stage_layers = {s.layers};
+  const bool fsdp = p.strategy == parallel::Strategy::Fsdp;
+  const parallel::ParamPlan plan = parallel::plan_params(
+      f.params, fsdp ? 0 : static_cast<std::int64_t>(s.bucket_bytes) / s.elem_bytes, gpus);
+  p.buckets = train_buckets(s, f.params, plan);
+  p.flat = plan.total;
+  p.memory_per_gpu = parallel::memory_plan(p.strategy, plan, s.elem_bytes, f.rest).total() +
+                     parallel::kMemoryReserve;
+  if (gpu_bytes > 0 && p.memory_per_gpu > gpu_bytes)
+    p.why_not =
+        fmt::format("does not fit in GPU memory: a GPU needs {} ({} spare included), {} available",
+                    format_bytes(p.memory_per_gpu), format_bytes(parallel::kMemoryReserve),
+                    format_bytes(gpu_bytes));
+  return p;
+}
+
 Parts parts_by_bytes(const Settings& s) {
   const model::ModelCost c =
       model::model_cost(s.model, model::Phase::Decode, 1, 1, s.prompt, s.elem_bytes);

@@ -54,9 +54,33 @@ StageWork stage_work(const Settings& s, const Plan& p) {
   return w;
 }
 
+// A training plan's bucket in bytes.
+std::uint64_t bucket_bytes(const Settings& s, const TrainBucket& b) {
+  return static_cast<std::uint64_t>(b.elems) * s.elem_bytes;
+}
+
+Needs train_needs(const Settings& s, const Plan& p) {
+  Needs n;
+  n.train.push_back(p.micro);
+  n.adamw = true;
+  const int ranks = p.layout.gpus();
+  if (ranks == 1) return n;
+  for (const TrainBucket& b : p.buckets) {
+    const std::pair<int, std::uint64_t> key{ranks, bucket_bytes(s, b)};
+    if (p.strategy == parallel::Strategy::Ddp) {
+      n.all_reduces.push_back(key);
+    } else {
+      n.reduce_scatters.push_back(key);
+      n.all_gathers.push_back(key);
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 Needs needs_of(const Settings& s, const Plan& p) {
+  if (p.workload == Workload::Train) return train_needs(s, p);
   Needs n;
   n.compute.push_back({p.layout.tp, p.micro});
   if (p.layout.tp > 1)
@@ -74,6 +98,11 @@ Needs merge(const std::vector<Needs>& all) {
     out.compute.insert(out.compute.end(), n.compute.begin(), n.compute.end());
     out.all_reduces.insert(out.all_reduces.end(), n.all_reduces.begin(), n.all_reduces.end());
     out.transfers.insert(out.transfers.end(), n.transfers.begin(), n.transfers.end());
+    out.train.insert(out.train.end(), n.train.begin(), n.train.end());
+    out.reduce_scatters.insert(out.reduce_scatters.end(), n.reduce_scatters.begin(),
+                               n.reduce_scatters.end());
+    out.all_gathers.insert(out.all_gathers.end(), n.all_gathers.begin(), n.all_gathers.end());
+    out.adamw = out.adamw || n.adamw;
   }
   const auto unique = [](auto& v) {
     std::sort(v.begin(), v.end());
@@ -82,10 +111,14 @@ Needs merge(const std::vector<Needs>& all) {
   unique(out.compute);
   unique(out.all_reduces);
   unique(out.transfers);
+  unique(out.train);
+  unique(out.reduce_scatters);
+  unique(out.all_gathers);
   return out;
 }
 
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
+  if (p.workload == Workload::Train) return predict_train(s, p, b);
   const Layout& l = p.layout;
   const Blocks::Key key{l.tp, p.micro};
   const std::string at = fmt::format("at tp={}, {} sequences a step", l.tp, p.micro);
@@ -143,13 +176,129 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   return out;
 }
 
+namespace {
+
+// A training plan's buckets timed: compute of their units forward and backward, their
+// collective after backward (all-reduce or reduce-scatter) and their all-gather (zero's after
+// the optimizer, fsdp's before forward and backward). One GPU runs no collective.
+struct BucketTimes {
+  std::vector<double> forward, backward, reduce, gather;
+};
+BucketTimes bucket_times(const Settings& s, const Plan& p, const Blocks& b, const Parts& fwd,
+                         const Parts& bwd) {
+  const int n = p.layout.gpus();
+  const bool ddp = p.strategy == parallel::Strategy::Ddp;
+  const auto comm = [&](const std::map<std::pair<int, std::uint64_t>, double>& m,
+                        const TrainBucket& k, const char* what) {
+    if (n == 1) return 0.0;
+    const std::uint64_t bytes = bucket_bytes(s, k);
+    return block(m, std::make_pair(n, bytes),
+                 fmt::format("{} of {} bytes on {} GPUs", what, bytes, n));
+  };
+  BucketTimes t;
+  for (const TrainBucket& k : p.buckets) {
+    t.forward.push_back(k.forward_layers * fwd.layer + (k.head ? fwd.head : 0.0));
+    t.backward.push_back(k.backward_layers * bwd.layer + (k.head ? bwd.head : 0.0));
+    t.reduce.push_back(ddp ? comm(b.all_reduce_s, k, "all-reduce")
+                           : comm(b.reduce_scatter_s, k, "reduce-scatter"));
+    t.gather.push_back(ddp ? 0.0 : comm(b.all_gather_s, k, "all-gather"));
+  }
+  return t;
+}
+
+}  // namespace
+
+Prediction predict_train(const Settings& s, const Plan& p, const Blocks& b) {
+  const std::string at = fmt::format("at {} sequences a GPU", p.micro);
+  const Parts& fwd = block(b.train_forward, p.micro, "training forward " + at);
+  const Parts& bwd = block(b.train_backward, p.micro, "training backward " + at);
+  if (!(b.adamw_s > 0)) throw InputError("no AdamW step measured");
+  const BucketTimes t = bucket_times(s, p, b, fwd, bwd);
+  const bool fsdp = p.strategy == parallel::Strategy::Fsdp;
+  const std::size_t nb = p.buckets.size();
+  // Forward, buckets in forward order (the last first); fsdp gathers each into one of two
+  // slots, the slot free once the forward of the bucket two before it ended.
+  double compute = fwd.embed, comm = 0;
+  std::vector<double> fwd_end(nb, 0.0), bwd_end(nb, 0.0), gathered(nb, 0.0);
+  for (std::size_t i = nb; i-- > 0;) {
+    double start = compute;
+    if (fsdp) {
+      comm = std::max(comm, i + 2 < nb ? fwd_end[i + 2] : 0.0) + t.gather[i];
+      start = std::max(start, comm);
+    }
+    compute = start + t.forward[i];
+    fwd_end[i] = compute;
+  }
+  // Backward, bucket 0 first: its collective queued as its backward ends. fsdp's last two
+  // buckets of the forward are still in their slots; bucket i + 1 >= 2 is prefetched as bucket
+  // i's backward begins, into the slot bucket i - 1's backward frees.
+  for (std::size_t i = 0; i < nb; ++i) {
+    if (fsdp && i + 1 < nb && i + 1 >= 2) {
+      comm = std::max(comm, i >= 1 ? bwd_end[i - 1] : 0.0) + t.gather[i + 1];
+      gathered[i + 1] = comm;
+    }
+    const double start = fsdp && i >= 2 ? std::max(compute, gathered[i]) : compute;
+    compute = start + t.backward[i];
+    bwd_end[i] = compute;
+    comm = std::max(comm, compute) + t.reduce[i];
+  }
+  compute += bwd.embed;
+  Prediction out;
+  const int n = p.layout.gpus();
+  const bool zero =
+      p.strategy == parallel::Strategy::Zero1 || p.strategy == parallel::Strategy::Zero2;
+  out.optimizer_s =
+      b.adamw_s * static_cast<double>(p.strategy == parallel::Strategy::Ddp ? p.flat : p.flat / n);
+  double after = 0;  // zero's all-gathers of the updated weights
+  if (zero)
+    for (double g : t.gather) after += g;
+  out.e2e_s = std::max(compute, comm) + out.optimizer_s + after;
+  out.compute_s = fwd.embed + bwd.embed;
+  for (std::size_t i = 0; i < nb; ++i) out.compute_s += t.forward[i] + t.backward[i];
+  out.comm_s = std::max(0.0, out.e2e_s - out.compute_s - out.optimizer_s);
+  out.tokens_per_s = static_cast<double>(p.batch * s.seq_len) / out.e2e_s;
+  const model::StageWork w =
+      model::stage_work(s.model, s.layers, true, p.micro, s.seq_len, s.elem_bytes);
+  out.flops = w.forward_flops + w.backward_flops;
+  return out;
+}
+
 double error_pct(double predicted, double measured) {
   if (!(measured > 0)) throw InputError(fmt::format("measured time {} must be positive", measured));
   return 100.0 * (predicted - measured) / measured;
 }
 
+namespace {
+
+std::string explain_train(const Plan& p, const Prediction& pred, const Prediction& baseline,
+                          double peak_tflops) {
+  const auto share = [&](double x) { return pred.e2e_s > 0 ? 100.0 * x / pred.e2e_s : 0.0; };
+  const std::string against =
+      p.layout.gpus() == 1 || !(baseline.tokens_per_s > 0)
+          ? std::string()
+          : fmt::format(" against {:.0f} on one GPU ({:.2f}x)", baseline.tokens_per_s,
+                        pred.tokens_per_s / baseline.tokens_per_s);
+  std::string out = fmt::format(
+      "Predicted {:.1f} ms a step, {:.0f} tokens/s{}; a GPU computes {:.0f}% of the step, "
+      "AdamW takes {:.0f}%",
+      pred.e2e_s * 1e3, pred.tokens_per_s, against, share(pred.compute_s), share(pred.optimizer_s));
+  out += p.layout.gpus() == 1 ? std::string(".")
+                              : fmt::format(" and communication the compute does not hide {:.0f}%.",
+                                            share(pred.comm_s));
+  if (peak_tflops > 0 && pred.compute_s > 0) {
+    const double tflops = pred.flops / pred.compute_s / 1e12;
+    out +=
+        fmt::format(" Forward and backward compute at {:.0f} TFLOP/s ({:.0f}% of the dense peak).",
+                    tflops, 100 * tflops / peak_tflops);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string explain(const Plan& p, const Prediction& pred, const Prediction& baseline,
                     double hbm_GBps, double peak_tflops) {
+  if (p.workload == Workload::Train) return explain_train(p, pred, baseline, peak_tflops);
   const double busy = pred.compute_s + pred.comm_s + pred.wait_s;
   const auto share = [&](double x) { return busy > 0 ? 100.0 * x / busy : 0.0; };
   const std::string split =
@@ -159,7 +308,7 @@ std::string explain(const Plan& p, const Prediction& pred, const Prediction& bas
                                  "tensor-parallel all-reduces and {:.0f}% waiting on other stages",
                                  share(pred.compute_s), share(pred.comm_s), share(pred.wait_s));
   const std::string against =
-      p.layout.gpus() == 1 ? std::string()
+      p.layout.gpus() == 1 || !(baseline.e2e_s > 0) ? std::string()
       : p.workload == Workload::Latency
           ? fmt::format(" against {:.2f} and {:.1f} on one GPU", baseline.tpot_s * 1e3,
                         baseline.ttft_s * 1e3)
@@ -203,11 +352,32 @@ nlohmann::ordered_json Blocks::to_json() const {
     ar.push_back({{"ranks", k.first}, {"bytes", k.second}, {"seconds", v}});
   auto tr = nlohmann::ordered_json::array();
   for (const auto& [k, v] : transfer_s) tr.push_back({{"bytes", k}, {"seconds", v}});
-  return {{"prefill", parts(prefill)},
-          {"decode_first", parts(decode_first)},
-          {"decode_last", parts(decode_last)},
-          {"all_reduce", ar},
-          {"transfer", tr}};
+  auto train = [](const std::map<std::int64_t, Parts>& m) {
+    auto a = nlohmann::ordered_json::array();
+    for (const auto& [k, v] : m)
+      a.push_back(
+          {{"sequences", k}, {"layer_s", v.layer}, {"embed_s", v.embed}, {"head_s", v.head}});
+    return a;
+  };
+  auto coll = [](const std::map<std::pair<int, std::uint64_t>, double>& m) {
+    auto a = nlohmann::ordered_json::array();
+    for (const auto& [k, v] : m)
+      a.push_back({{"ranks", k.first}, {"bytes", k.second}, {"seconds", v}});
+    return a;
+  };
+  nlohmann::ordered_json out{{"prefill", parts(prefill)},
+                             {"decode_first", parts(decode_first)},
+                             {"decode_last", parts(decode_last)},
+                             {"all_reduce", ar},
+                             {"transfer", tr}};
+  if (adamw_s > 0 || !train_forward.empty()) {
+    out["train_forward"] = train(train_forward);
+    out["train_backward"] = train(train_backward);
+    out["adamw_s"] = adamw_s;
+    out["reduce_scatter"] = coll(reduce_scatter_s);
+    out["all_gather"] = coll(all_gather_s);
+  }
+  return out;
 }
 
 Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
@@ -242,6 +412,21 @@ Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
         number(e, "seconds", true);
   for (const auto& e : array("transfer"))
     b.transfer_s[static_cast<std::uint64_t>(number(e, "bytes", true))] = number(e, "seconds", true);
+  if (!j.contains("adamw_s")) return b;  // a run made before training was advised
+  b.adamw_s = number(j, "adamw_s", true);
+  for (const char* phase : {"train_forward", "train_backward"})
+    for (const auto& e : array(phase))
+      (std::string(phase) == "train_forward"
+           ? b.train_forward
+           : b.train_backward)[static_cast<std::int64_t>(number(e, "sequences", true))] = {
+          number(e, "layer_s", true), number(e, "embed_s", false), number(e, "head_s", false)};
+  for (const char* kind : {"reduce_scatter", "all_gather"})
+    for (const auto& e : array(kind))
+      (std::string(kind) == "reduce_scatter"
+           ? b.reduce_scatter_s
+           : b.all_gather_s)[{static_cast<int>(number(e, "ranks", true)),
+                              static_cast<std::uint64_t>(number(e, "bytes", true))}] =
+          number(e, "seconds", true);
   return b;
 }
 

@@ -20,10 +20,12 @@ std::vector<Workload> parse_workloads(const std::string& text) {
   std::vector<Workload> out;
   for (const auto& item : split_list(trim(text).empty() ? "all" : trim(text))) {
     const std::string w = trim(item);
-    if (w == "all") return {Workload::Latency, Workload::Throughput};
-    if (w != "latency" && w != "throughput")
-      throw InputError(fmt::format("--workload: '{}' is not latency, throughput or all", w));
-    const Workload k = w == "latency" ? Workload::Latency : Workload::Throughput;
+    if (w == "all") return {Workload::Latency, Workload::Throughput, Workload::Train};
+    if (w != "latency" && w != "throughput" && w != "train")
+      throw InputError(fmt::format("--workload: '{}' is not latency, throughput, train or all", w));
+    const Workload k = w == "latency"      ? Workload::Latency
+                       : w == "throughput" ? Workload::Throughput
+                                           : Workload::Train;
     if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
   }
   std::sort(out.begin(), out.end());
@@ -40,12 +42,22 @@ std::int64_t tokens(std::int64_t given, std::int64_t fallback, const char* optio
 }  // namespace
 
 const char* to_string(Workload w) {
-  return w == Workload::Latency ? "latency" : "throughput";
+  switch (w) {
+    case Workload::Latency:
+      return "latency";
+    case Workload::Throughput:
+      return "throughput";
+    case Workload::Train:
+      return "train";
+  }
+  return "?";
 }
 
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.model = model::load_engine_model(o.model, o.model_config);
+  s.model_preset = o.model;
+  s.model_config = o.model_config;
   s.dtype = model::engine_dtype(o.dtype) == "fp16" ? ActDtype::F16 : ActDtype::BF16;
   s.elem_bytes = 2;
   s.layers = model::engine_layers(s.model, o.layers);
@@ -69,6 +81,12 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.batch_sizes = trim(o.batch_sizes).empty()
                       ? (quick ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{8, 32})
                       : parse_counts(o.batch_sizes, "--batch-sizes", kMaxBatch);
+  if (o.train_batch < 0 || o.train_batch > kMaxBatch)
+    throw InputError(fmt::format("--train-batch: {} is outside 1..{}", o.train_batch, kMaxBatch));
+  s.train_batch = o.train_batch > 0 ? o.train_batch : (quick ? 1 : 4);
+  if (o.seq_len < 0)
+    throw InputError(fmt::format("--seq-len: {} is outside 1..{}", o.seq_len, kMaxTokens));
+  s.seq_len = tokens(o.seq_len, quick ? 1024 : 4096, "--seq-len");
   if (!(o.memory >= 0) || o.memory > 1e6)
     throw InputError(
         fmt::format("--memory: {} GiB is not a size a GPU holds (0: what each has "
@@ -94,6 +112,9 @@ nlohmann::ordered_json Settings::to_json() const {
           {"prompt", prompt},
           {"output_len", output_len},
           {"batch_sizes", batch_sizes},
+          {"train_batch", train_batch},
+          {"seq_len", seq_len},
+          {"bucket_bytes", bucket_bytes},
           {"memory_bytes", memory_bytes},
           {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
           {"top", top},
@@ -105,7 +126,10 @@ Blocks blocks_from_run(const std::string& path, const Settings& s) {
   for (const Report& r : read_run(path, "--from").reports) {
     if (r.module != "advise") continue;
     const nlohmann::ordered_json mine = s.to_json();
-    for (const char* key : {"layers", "prompt", "output_len", "dtype"})
+    std::vector<const char*> keys{"layers", "prompt", "output_len", "dtype"};
+    if (std::find(s.workloads.begin(), s.workloads.end(), Workload::Train) != s.workloads.end())
+      keys.insert(keys.end(), {"train_batch", "seq_len", "bucket_bytes"});
+    for (const char* key : keys)
       if (r.config.value(key, nlohmann::ordered_json()) != mine[key])
         throw InputError(fmt::format("--from: {} ran {} {}, this run {}", path, key,
                                      r.config.value(key, nlohmann::ordered_json()).dump(),

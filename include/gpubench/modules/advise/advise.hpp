@@ -13,6 +13,14 @@
 // microbatches through the stages one after the other; then every step a microbatch's next
 // tokens go through the stages, and the last stage hands the step's next tokens back to the
 // first on a ring of their own, so a microbatch's step starts only when its previous one ended.
+//
+// Training (--workload train): every GPU trains --train-batch sequences a step as a data-parallel
+// replica under each strategy of parallel/data_parallel.hpp (ddp, zero1, zero2, fsdp), or one
+// GPU alone. A step is predicted from a forward and a backward of a replica's batch timed on one
+// GPU (model::TrainStage), AdamW's time a parameter, and the buckets' collectives, played out on
+// a compute and a communication stream as the replica runs them; the layouts are run by `dp`
+// itself (through the core, checked there against one GPU's step over the whole batch). Tensor
+// and pipeline parallelism are not candidates for training: no runner trains them here.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,7 +32,9 @@
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/model/presets.hpp"
+#include "gpubench/model/training.hpp"
 #include "gpubench/model/transformer.hpp"
+#include "gpubench/parallel/data_parallel.hpp"
 #include "gpubench/parallel/layout.hpp"
 
 namespace gpubench::advise {
@@ -34,18 +44,20 @@ using parallel::Layout;
 // ---------------------------------------------------------------------------------------------
 // Options and settings (settings.cpp)
 
-enum class Workload { Latency, Throughput };
-const char* to_string(Workload w);  // "latency" / "throughput"
+enum class Workload { Latency, Throughput, Train };
+const char* to_string(Workload w);  // "latency" / "throughput" / "train"
 
 // As given on the command line or in the config (long option names = INI keys); empty lists
 // mean "the default for this mode".
 struct Options {
   std::string model = "llama-2-7b";
   std::string model_config;     // a HuggingFace config.json instead of a preset
-  std::string workload;         // latency, throughput (default both)
+  std::string workload;         // latency, throughput, train (default all three)
   std::int64_t prompt = 0;      // prompt tokens a sequence; 0: 1024 (quick 512)
   std::int64_t output_len = 0;  // tokens generated a sequence; 0: 128 (quick 32)
   std::string batch_sizes;      // throughput: sequences on the node; default 8,32 (quick 16)
+  std::int64_t train_batch = 0;  // train: sequences a GPU trains a step; 0: 4 (quick 1)
+  std::int64_t seq_len = 0;      // train: tokens a sequence; 0: 4096 (quick 1024)
   double memory = 0;            // GiB a GPU may hold; 0: what each GPU has free
   int layers = 0;               // > 0: only this many decoder layers
   std::string dtype = "bf16";
@@ -56,10 +68,13 @@ struct Options {
 
 struct Settings {
   model::ModelConfig model;
+  std::string model_preset, model_config;  // as given: training runs `dp` with the same model
   int layers = 0;  // decoder layers run
   std::vector<Workload> workloads;
   std::int64_t prompt = 1024, output_len = 128;
   std::vector<std::int64_t> batch_sizes;  // throughput's, ascending, unique
+  std::int64_t train_batch = 4, seq_len = 4096;
+  std::uint64_t bucket_bytes = 25'000'000;  // training's gradient buckets (dp's default)
   std::uint64_t memory_bytes = 0;         // 0: each GPU's free memory
   ActDtype dtype = ActDtype::BF16;
   int elem_bytes = 2;
@@ -67,12 +82,14 @@ struct Settings {
   std::string from;  // "" or the run (folder or report) whose blocks replace the calibration
   double timeout_s = 600;
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
+  model::TrainShape train_shape() const { return {model, seq_len, dtype}; }
   nlohmann::ordered_json to_json() const;
 };
 
 // Applies the mode's defaults and checks every value; throws InputError("--option: why") with
 // one line: an unknown workload, a prompt < 1 or an output length < 2, either past 1 << 20, batch
-// sizes outside 1..4096, --memory < 0, --top outside 0..16, --timeout <= 0.
+// sizes or --train-batch outside 1..4096, --seq-len outside 1..1 << 20, --memory < 0, --top
+// outside 0..16, --timeout <= 0.
 Settings resolve_settings(const Options& o, bool quick);
 
 // ---------------------------------------------------------------------------------------------
@@ -82,6 +99,15 @@ Settings resolve_settings(const Options& o, bool quick);
 // embedding and the step's fixed cost) and what the last adds (final norm and LM head).
 struct Parts {
   double layer = 0, embed = 0, head = 0;
+};
+
+// A gradient bucket of a training plan, in backward order (bucket 0 holds the LM head): its
+// elements (padded for the ranks) and the compute of its units, in decoder layers (a half-layer
+// by its share of the layer's FLOPs, forward and backward apart), and whether the head is one.
+struct TrainBucket {
+  std::int64_t elems = 0;
+  double forward_layers = 0, backward_layers = 0;
+  bool head = false;
 };
 
 struct Plan {
@@ -94,6 +120,12 @@ struct Plan {
   std::vector<int> stage_layers;
   std::uint64_t memory_per_gpu = 0;  // the largest rank's engine, plus parallel::kMemoryReserve
   std::string why_not;               // "": it can run; else why not (batch split, memory)
+  // Training: the data-parallel strategy, its buckets and the flat buffer's elements.
+  parallel::Strategy strategy = parallel::Strategy::Ddp;
+  std::vector<TrainBucket> buckets;
+  std::int64_t flat = 0;
+  // The layout's name, with the strategy for training on several GPUs ("dp=4 zero1").
+  std::string name() const;
 };
 
 // The microbatch count m for `sequences` on pp stages: the largest divisor of sequences that is
@@ -113,6 +145,21 @@ model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int s
 Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batch,
                const Parts& parts, int cc_major, std::uint64_t gpu_bytes);
 
+// What a replica of --train-batch sequences trains (a model::TrainStage of the run's layers,
+// probed on a GPU before the plans): its parameters, and what its step holds besides their
+// weights, gradients and optimizer state (TrainStage::replica_bytes).
+struct TrainFootprint {
+  std::vector<model::TrainParam> params;
+  std::uint64_t rest = 0;
+};
+
+// The training plan of strategy k on `gpus` replicas (1: one GPU alone, ddp): a batch of
+// gpus x train_batch sequences, the buckets of parallel::plan_params (bucket_bytes; fsdp a layer
+// each) and the memory of parallel::memory_plan plus parallel::kMemoryReserve, against gpu_bytes
+// (why_not when over).
+Plan make_train_plan(const Settings& s, int gpus, parallel::Strategy k, const TrainFootprint& f,
+                     std::uint64_t gpu_bytes);
+
 // Balancing parts before anything is measured: a decode step's HBM bytes of a layer, the
 // embedding row and the head (model::model_cost), which is what decode time follows.
 Parts parts_by_bytes(const Settings& s);
@@ -129,6 +176,13 @@ struct Blocks {
   std::map<Key, Parts> prefill, decode_first, decode_last;
   std::map<std::pair<int, std::uint64_t>, double> all_reduce_s;
   std::map<std::uint64_t, double> transfer_s;
+  // Training (no tensor parallelism), by sequences a GPU: a replica's forward and its backward,
+  // in parts (a decoder layer; the step's fixed cost with the embedding; the final norm and the
+  // LM head); AdamW's seconds a parameter; reduce-scatters and all-gathers by (ranks, bytes of
+  // the whole buffer). Absent from runs made before training was advised.
+  std::map<std::int64_t, Parts> train_forward, train_backward;
+  double adamw_s = 0;
+  std::map<std::pair<int, std::uint64_t>, double> reduce_scatter_s, all_gather_s;
   nlohmann::ordered_json to_json() const;
   // The inverse of to_json; InputError naming what is missing or not a positive number.
   static Blocks from_json(const nlohmann::ordered_json& j);
@@ -144,6 +198,9 @@ struct Needs {
   std::vector<Blocks::Key> compute;
   std::vector<std::pair<int, std::uint64_t>> all_reduces;
   std::vector<std::uint64_t> transfers;
+  std::vector<std::int64_t> train;  // sequences a GPU
+  std::vector<std::pair<int, std::uint64_t>> reduce_scatters, all_gathers;
+  bool adamw = false;
 };
 Needs needs_of(const Settings& s, const Plan& p);
 // The union of several plans' needs, sorted and unique.
@@ -162,6 +219,9 @@ struct Prediction {
   // head and embedding whole) in decode_compute_s, and a microbatch's prefill FLOPs in
   // prefill_compute_s (both without the all-reduces).
   double decode_bytes = 0, decode_compute_s = 0, prefill_flops = 0, prefill_compute_s = 0;
+  // Training: e2e_s is a step, compute_s its forward and backward, comm_s the communication they
+  // do not hide, optimizer_s AdamW's step; flops a GPU's in a step.
+  double optimizer_s = 0, flops = 0;
 };
 // The plan's generation from the blocks. Per stage k (its layers L_k, the parts of its tp
 // degree and microbatch): prefill F_k = L_k layer + embed (first) + head (last) + 2 L_k
@@ -170,7 +230,18 @@ struct Prediction {
 // TTFT = sum F_k + (pp - 1) X + (m - 1) max(F_k, X). A step of a microbatch goes around the ring
 // (sum D_k + (pp - 1) X_hidden + X_tokens), and every stage serves m microbatches a step:
 // TPOT = max(that, m max D_k). InputError when a block the plan needs is missing.
+// A training plan: predict_train.
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b);
+
+// A training step of plan p: the forward (F: its units' layers x a layer, the fixed part, the
+// head) then the backward, unit after unit on the compute stream, each bucket's collective
+// (ddp all-reduce, else reduce-scatter) queued on the communication stream as its units' backward
+// ends; the step waits for both, then AdamW over the rank's parameters (ddp all, else 1 / N) and,
+// for zero1/zero2, the buckets' all-gathers. fsdp gathers each bucket before its forward (the
+// next one prefetched into a second slot, freed when its forward ends) and again before its
+// backward (but the last two of the forward), the next prefetched ahead of the reduce-scatter.
+// One GPU runs no collective.
+Prediction predict_train(const Settings& s, const Plan& p, const Blocks& b);
 
 // 100 x (predicted - measured) / measured; InputError when measured <= 0.
 double error_pct(double predicted, double measured);
@@ -178,7 +249,9 @@ double error_pct(double predicted, double measured);
 // One sentence on the plan's prediction against the one-GPU baseline's and what its busiest
 // GPU's time goes to ("Predicted 2.61 ms a token and 9.8 ms to the first against 7.90 and 30.1
 // on one GPU; its busiest GPU computes 81% of the time, spends 15% in tensor-parallel
-// all-reduces and 4% waiting on other stages.").
+// all-reduces and 4% waiting on other stages."); without a baseline (e2e_s 0: one GPU cannot
+// hold the model) the comparison is left out. A training plan's says what its step goes to:
+// compute, AdamW, communication not hidden, and its TFLOP/s against the dense peak.
 // With the GPU's HBM bandwidth (GB/s) and dense peak (TFLOP/s) known (> 0), a second sentence
 // on the rooflines: "A decode step reads 3.37 GB on its busiest GPU in 1.21 ms (2.79 TB/s, 83%
 // of the HBM peak); prefill computes at 612 TFLOP/s (62% of the dense peak)."
@@ -192,6 +265,8 @@ std::string explain(const Plan& p, const Prediction& pred, const Prediction& bas
 // layers with and without the head, tp shard 0 of each degree, no communication; prefill eager,
 // decode steps as CUDA graphs), all-reduces on the first t GPUs of `ctx`, transfers between the
 // first two. Compute keys whose engines do not fit are left out (their plans are dropped).
+// Training's: a replica's forward and backward at each batch of needs.train (train_parts), AdamW,
+// and reduce-scatters and all-gathers like the all-reduces.
 Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs);
 
 // One generation measured and checked (generate.cpp).
@@ -222,5 +297,24 @@ using References = std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>
 // (median of 3, quick 1): TTFT on the last stages, the whole on every rank (the slowest).
 Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
                         References& refs);
+
+// ---------------------------------------------------------------------------------------------
+// Training on the GPUs (train.cpp)
+
+// A replica's footprint: a TrainStage of the run's layers over --train-batch sequences, probed
+// (not built) on `device`.
+TrainFootprint train_footprint(const Settings& s, int device);
+
+// On `device`: a replica's forward and backward over `seqs` sequences a GPU (TrainStages of 2 and
+// 8 layers with the head and 2 without, as the inference parts are found) into
+// blocks.train_forward / train_backward, and AdamW over 64M parameters into blocks.adamw_s. A
+// replica that does not fit is left out (its plans are dropped).
+void train_parts(Context& ctx, const Settings& s, const std::vector<std::int64_t>& seqs, bool adamw,
+                 int device, Blocks& blocks);
+
+// Plan p run by the `dp` module through the core (its strategy on p's GPUs, the run's model,
+// layers, batch and sequence length): its step checked there against one GPU's step over the
+// whole batch, then timed; dp's row gives the status, the note and the figures (e2e_s a step).
+Measured run_training(Context& ctx, const Settings& s, const Plan& p);
 
 }  // namespace gpubench::advise
