@@ -396,13 +396,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     r.metric("pred_ttft_ms", p.ttft_s * 1e3, "ms");
     r.metric("pred_tpot_ms", p.tpot_s * 1e3, "ms");
     r.metric("pred_tokens_per_s", p.tokens_per_s, "tokens/s");
-    r.metric("memory_GiB", static_cast<double>(c.plan.memory_per_gpu) / (1ull << 30), "GiB");
-    if (!c.measured) {
-      r.status = "unchecked";
-      r.note = "predicted only: not among the layouts run";
-      report.add(r);
-      return;
-    }
+    if (predicted_only(report, r, c)) return;
     const Measured& m = *c.measured;
     r.status = m.status;
     r.note =
@@ -425,6 +419,16 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     report.add(r);
   }
 
+  // The plan's memory; a candidate that did not run is added as predicted only (true).
+  static bool predicted_only(Report& report, CaseResult& r, const Candidate& c) {
+    r.metric("memory_GiB", static_cast<double>(c.plan.memory_per_gpu) / (1ull << 30), "GiB");
+    if (c.measured) return false;
+    r.status = "unchecked";
+    r.note = "predicted only: not among the layouts run";
+    report.add(r);
+    return true;
+  }
+
   static void add_train_row(Report& report, CaseResult& r, const Candidate& c,
                             std::vector<double>& errors, bool best) {
     r.params = {{"workload", "train"},
@@ -437,13 +441,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     r.metric("pred_step_ms", p.e2e_s * 1e3, "ms");
     r.metric("pred_tokens_per_s", p.tokens_per_s, "tokens/s");
     r.metric("pred_exposed_comm_ms", p.comm_s * 1e3, "ms");
-    r.metric("memory_GiB", static_cast<double>(c.plan.memory_per_gpu) / (1ull << 30), "GiB");
-    if (!c.measured) {
-      r.status = "unchecked";
-      r.note = "predicted only: not among the layouts run";
-      report.add(r);
-      return;
-    }
+    if (predicted_only(report, r, c)) return;
     const Measured& m = *c.measured;
     r.status = m.status;
     r.note = m.checked_by.empty() ? m.note
