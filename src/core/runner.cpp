@@ -128,11 +128,13 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
 }
 
 Report run_nested(Module& module, Context& parent) {
-  const progress::Position at = progress::position();
-  Report r = run_module(module, parent.common(), parent.system(), parent.run_id(), parent.command(),
-                        [&parent](Report& stalled) { return parent.stall(stalled); });
-  progress::resume(at);
-  return r;
+  // The parent's line is taken up again however the nested run ends (a throw included).
+  struct Resume {
+    progress::Position at = progress::position();
+    ~Resume() { progress::resume(at); }
+  } resume;
+  return run_module(module, parent.common(), parent.system(), parent.run_id(), parent.command(),
+                    [&parent](Report& stalled) { return parent.stall(stalled); });
 }
 
 }  // namespace gpubench

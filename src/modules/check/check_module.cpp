@@ -10,7 +10,6 @@
 #include "gpubench/core/cli.hpp"
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/module.hpp"
-#include "gpubench/core/progress.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/runs.hpp"
 #include "gpubench/core/system.hpp"
@@ -171,7 +170,6 @@ class CheckModule final : public ResolvingModule<check::Options, check::Settings
       if (Context::interrupted()) break;
       spdlog::info("check: running {}", step.module);
       e.reports.push_back(run_step(step, ctx));
-      progress::begin(name());
     }
     e.after = read_health(ctx.system(), ctx.gpus());
     e.xids = xids.stop();
