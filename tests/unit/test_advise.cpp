@@ -481,3 +481,24 @@ TEST(AdviseFrom, BlocksRoundTripThroughAReport) {
   broken.erase("transfer");
   EXPECT_TRUE(contains(input_error_of([&] { (void)Blocks::from_json(broken); }), "transfer"));
 }
+
+// A step's parts from three timings: 2 layers with the head 0.25 s, 8 layers 0.85, 2 without the
+// head 0.2. Head 0.05; by difference a layer is 0.1, so the fixed part is 0.25 - 0.2 - 0.05 = 0;
+// a layer from the larger step (0.85 - 0.05 - 0) / 8. Nothing negative; one size alone gives the
+// fixed part nothing.
+TEST(AdviseCalibration, PartsOfThreeSteps) {
+  EXPECT_EQ(calibration_layers(32), (std::pair<int, int>{2, 8}));
+  EXPECT_EQ(calibration_layers(4), (std::pair<int, int>{1, 4}));
+  EXPECT_EQ(calibration_layers(1), (std::pair<int, int>{1, 1}));
+  Parts p = parts_of_steps(2, 8, 0.25, 0.85, 0.2);
+  EXPECT_NEAR(p.head, 0.05, 1e-12);
+  EXPECT_NEAR(p.embed, 0.0, 1e-12);
+  EXPECT_NEAR(p.layer, 0.8 / 8, 1e-12);
+  p = parts_of_steps(2, 8, 0.3, 0.85, 0.2);  // a fixed cost of 0.3 - 2 x 0.0917 - 0.1
+  EXPECT_NEAR(p.embed, 0.3 - 2 * (0.55 / 6) - 0.1, 1e-12);
+  EXPECT_NEAR(p.layer, (0.85 - 0.1 - p.embed) / 8, 1e-12);
+  p = parts_of_steps(1, 1, 0.1, 0.1, 0.12);  // the headless step longer: no negative head
+  EXPECT_EQ(p.head, 0.0);
+  EXPECT_NEAR(p.embed, 0.1, 1e-12);
+  EXPECT_EQ(p.layer, 0.0);
+}

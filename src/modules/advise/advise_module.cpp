@@ -39,6 +39,17 @@ struct Question {
   std::int64_t batch = 1;
   std::vector<Candidate> candidates;
   std::vector<std::string> dropped;  // layouts that cannot run, with why
+  // A plan that can run becomes a candidate (one GPU: the baseline); one that cannot, a reason.
+  void consider(const Plan& p) {
+    if (!p.why_not.empty()) {
+      dropped.push_back(fmt::format("{}: {}", p.name(), p.why_not));
+      return;
+    }
+    Candidate c;
+    c.plan = p;
+    c.baseline = p.layout.gpus() == 1;
+    candidates.push_back(c);
+  }
 };
 
 // Latency: the shorter generation; throughput and training: more tokens a second.
@@ -208,15 +219,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         Question q;
         q.workload = w;
         q.batch = batch;
-        for (const Layout& l : layouts) {
-          Candidate c;
-          c.plan = make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes);
-          c.baseline = l.gpus() == 1;
-          if (c.plan.why_not.empty())
-            q.candidates.push_back(c);
-          else
-            q.dropped.push_back(fmt::format("{}: {}", l.name(), c.plan.why_not));
-        }
+        for (const Layout& l : layouts)
+          q.consider(make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes));
         out.push_back(q);
       }
     }
@@ -229,19 +233,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     Question q;
     q.workload = Workload::Train;
     q.batch = s.train_batch;
-    std::vector<Plan> plans{make_train_plan(s, 1, parallel::Strategy::Ddp, room.train, room.bytes)};
+    q.consider(make_train_plan(s, 1, parallel::Strategy::Ddp, room.train, room.bytes));
     if (gpus > 1)
       for (parallel::Strategy k : parallel::every_strategy())
-        plans.push_back(make_train_plan(s, gpus, k, room.train, room.bytes));
-    for (const Plan& p : plans) {
-      Candidate c;
-      c.plan = p;
-      c.baseline = p.layout.gpus() == 1;
-      if (p.why_not.empty())
-        q.candidates.push_back(c);
-      else
-        q.dropped.push_back(fmt::format("{}: {}", p.name(), p.why_not));
-    }
+        q.consider(make_train_plan(s, gpus, k, room.train, room.bytes));
     return q;
   }
 

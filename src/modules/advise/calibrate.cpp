@@ -29,12 +29,6 @@ struct StepTimes {
   double prefill = 0, decode_first = 0, decode_last = 0;
 };
 
-// Layers of the two engines whose difference is a layer's time.
-std::pair<int, int> engine_layers(int model_layers) {
-  const int big = std::min(model_layers, 8);
-  return {std::max(1, big / 4), big};
-}
-
 // A prefill as a generation meets it: after decode steps (about 50 ms of them), and as long as
 // the whole model's (`chain` prefills of this engine back to back, the time of one returned). A
 // GPU at its power cap runs a short burst of work at higher clocks than a long one: timed back to
@@ -108,7 +102,7 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
   const int gpu = ctx.gpus().front();
   DeviceGuard guard(gpu);
   Stream stream(gpu);
-  const auto [a, b] = engine_layers(s.model.num_layers);
+  const auto [a, b] = calibration_layers(s.model.num_layers);
   std::map<std::int64_t, StepTimes> small, big, headless;
   try {
     small = time_engine(ctx, s, t, a, true, micros, gpu, stream.get());
@@ -119,16 +113,7 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
     return;
   }
   const auto parts = [&](double StepTimes::*f, std::int64_t micro) {
-    Parts p;
-    const double ta = small.at(micro).*f, tb = big.at(micro).*f, tc = headless.at(micro).*f;
-    p.head = std::max(0.0, ta - tc);
-    // The fixed part from the two sizes' difference; the layer from the larger engine alone, so
-    // that its step is reproduced exactly (a short step can run at higher clocks than a long
-    // one, which would make the difference overstate a layer).
-    const double by_difference = a == b ? 0.0 : (tb - ta) / (b - a);
-    p.embed = std::max(0.0, ta - a * by_difference - p.head);
-    p.layer = std::max(0.0, (tb - p.head - p.embed) / b);
-    return p;
+    return parts_of_steps(a, b, small.at(micro).*f, big.at(micro).*f, headless.at(micro).*f);
   };
   for (std::int64_t micro : micros) {
     blocks.prefill[{t, micro}] = parts(&StepTimes::prefill, micro);

@@ -77,13 +77,16 @@ namespace {
 // forward and backward FLOPs (attention's and the MLP's differ), the head apart.
 std::vector<TrainBucket> train_buckets(const Settings& s, const std::vector<model::TrainParam>& f,
                                        const parallel::ParamPlan& plan) {
+  const auto work = [&](int first, int blocks) {
+    return model::stage_work_blocks(s.model, first, blocks, false, s.train_batch, s.seq_len,
+                                    s.elem_bytes);
+  };
+  const model::StageWork layer = work(0, 2), attention = work(0, 1);
+  // A half-layer's share of its layer: attention's (even units), or the MLP's, the rest.
   const auto share = [&](int unit, bool forward) {
-    const auto half = model::stage_work_blocks(s.model, unit % 2, 1, false, s.train_batch,
-                                               s.seq_len, s.elem_bytes);
-    const auto layer =
-        model::stage_work_blocks(s.model, 0, 2, false, s.train_batch, s.seq_len, s.elem_bytes);
-    return forward ? half.forward_flops / layer.forward_flops
-                   : half.backward_flops / layer.backward_flops;
+    const double a = forward ? attention.forward_flops / layer.forward_flops
+                             : attention.backward_flops / layer.backward_flops;
+    return unit % 2 == 0 ? a : 1.0 - a;
   };
   const int head_unit = f.back().unit;
   std::vector<TrainBucket> out;

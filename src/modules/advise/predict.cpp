@@ -263,6 +263,20 @@ Prediction predict_train(const Settings& s, const Plan& p, const Blocks& b) {
   return out;
 }
 
+std::pair<int, int> calibration_layers(int model_layers) {
+  const int b = std::min(model_layers, 8);
+  return {std::max(1, b / 4), b};
+}
+
+Parts parts_of_steps(int a, int b, double ta, double tb, double tc) {
+  Parts p;
+  p.head = std::max(0.0, ta - tc);
+  const double by_difference = a == b ? 0.0 : (tb - ta) / (b - a);
+  p.embed = std::max(0.0, ta - a * by_difference - p.head);
+  p.layer = std::max(0.0, (tb - p.head - p.embed) / b);
+  return p;
+}
+
 double error_pct(double predicted, double measured) {
   if (!(measured > 0)) throw InputError(fmt::format("measured time {} must be positive", measured));
   return 100.0 * (predicted - measured) / measured;

@@ -98,7 +98,7 @@ void train_parts(Context& ctx, const Settings& s, const std::vector<std::int64_t
                  int device, Blocks& blocks) {
   DeviceGuard guard(device);
   Stream stream(device);
-  const int big = std::min(s.model.num_layers, 8), a = std::max(1, big / 4);
+  const auto [a, big] = calibration_layers(s.model.num_layers);
   for (std::int64_t n : seqs) {
     Pass small, large, headless;
     try {
@@ -110,19 +110,11 @@ void train_parts(Context& ctx, const Settings& s, const std::vector<std::int64_t
                    e.what());
       continue;
     }
-    // As compute_parts: the head from the headless pass, the fixed part from the two sizes'
-    // difference, a layer from the larger pass alone.
-    const auto parts = [&](double ta, double tb, double tc) {
-      Parts p;
-      p.head = std::max(0.0, ta - tc);
-      const double by_difference = a == big ? 0.0 : (tb - ta) / (big - a);
-      p.embed = std::max(0.0, ta - a * by_difference - p.head);
-      p.layer = std::max(0.0, (tb - p.head - p.embed) / big);
-      return p;
-    };
-    blocks.train_forward[n] = parts(small.forward, large.forward, headless.forward);
-    blocks.train_backward[n] = parts(small.both - small.forward, large.both - large.forward,
-                                     headless.both - headless.forward);
+    blocks.train_forward[n] =
+        parts_of_steps(a, big, small.forward, large.forward, headless.forward);
+    blocks.train_backward[n] =
+        parts_of_steps(a, big, small.both - small.forward, large.both - large.forward,
+                       headless.both - headless.forward);
   }
   if (adamw) blocks.adamw_s = time_adamw(ctx, s, device, stream.get());
 }

@@ -265,6 +265,16 @@ std::string explain(const Plan& p, const Prediction& pred, const Prediction& bas
 // layers with and without the head, tp shard 0 of each degree, no communication; prefill eager,
 // decode steps as CUDA graphs), all-reduces on the first t GPUs of `ctx`, transfers between the
 // first two. Compute keys whose engines do not fit are left out (their plans are dropped).
+// The layer counts (a, b) of the two engines, or training stages, a step's parts come from: b up
+// to 8 of the model's layers, a a quarter of b (at least 1).
+std::pair<int, int> calibration_layers(int model_layers);
+// The parts of a step from three timings: ta of a layers with the head, tb of b layers with it,
+// tc of a layers without. The head is ta - tc; the fixed part (the embedding and the step's own
+// cost) what ta takes beyond a layers, a layer by the two sizes' difference; a layer is the rest
+// of tb over b, so that the larger step is reproduced exactly (a short step can run at higher
+// clocks than a long one, which would make the difference overstate a layer). None negative.
+Parts parts_of_steps(int a, int b, double ta, double tb, double tc);
+
 // Training's: a replica's forward and backward at each batch of needs.train (train_parts), AdamW,
 // and reduce-scatters and all-gathers like the all-reduces.
 Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs);
