@@ -1,6 +1,7 @@
 // Dense peak FLOP/s table (NVIDIA datasheets, sparsity figures halved) and the per-SM derivation
 // used for parts not in the table: the denominators of MFU.
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/system.hpp"
 
 #include <fmt/format.h>
 
@@ -212,6 +213,10 @@ std::optional<PeakSpec> find_peak_spec(const std::string& device_name, int cc_ma
   for (const auto& t : kRateLimitedTokens)
     if (has_token(tokens, t)) return std::nullopt;
   return derived_peak_spec(cc_major, cc_minor, sm_count, sm_clock_max_MHz);
+}
+
+std::optional<PeakSpec> find_peak_spec(const GpuInfo& gpu) {
+  return find_peak_spec(gpu.name, gpu.cc_major, gpu.cc_minor, gpu.sm_count, gpu.sm_clock_max_MHz);
 }
 
 double mfu_pct(double tflops, double peak_tflops) {

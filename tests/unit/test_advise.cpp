@@ -82,6 +82,7 @@ TEST(AdviseSettings, Defaults) {
   EXPECT_EQ(q.prompt, 512);
   EXPECT_EQ(q.output_len, 32);
   EXPECT_EQ(q.batch_sizes, (std::vector<std::int64_t>{16}));
+  EXPECT_EQ(q.top, 1);  // quick: the best predicted layout beside the baseline
   EXPECT_EQ(std::string(to_string(Workload::Latency)), "latency");
   EXPECT_EQ(std::string(to_string(Workload::Throughput)), "throughput");
 }

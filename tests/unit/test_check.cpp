@@ -256,6 +256,31 @@ TEST(Check, FailedCasesAreNeverFiguresAndFail) {
   EXPECT_TRUE(has_check(judged(e), "N/A", "allreduce", "run"));
 }
 
+// A run whose cases were partly only predicted (advise's layouts not run) passes, but is not
+// called verified.
+TEST(Check, CasesNotRunAreNotCalledVerified) {
+  Report advise;
+  advise.module = "advise";
+  CaseResult ran, predicted;
+  ran.name = "dp=1 (one GPU)";
+  predicted.name = "tp=2";
+  predicted.status = "unchecked";
+  advise.add(ran);
+  advise.add(predicted);
+  Evidence e = evidence(bandwidth());
+  e.reports.push_back(advise);
+  const Report r = judged(e);
+  ASSERT_TRUE(has_check(r, "PASS", "advise", "run"));
+  for (const CaseResult& c : r.results) {
+    if (c.name == "advise") {
+      EXPECT_NE(c.note.find("2 cases: 1 verified"), std::string::npos) << c.note;
+    }
+    if (c.name == "bandwidth") {
+      EXPECT_NE(c.note.find("every one verified"), std::string::npos) << c.note;
+    }
+  }
+}
+
 TEST(CheckExpect, ModelFilesMatchTheirGpus) {
   EXPECT_EQ(expectations_for("NVIDIA H200", "").name, "h200");
   EXPECT_EQ(expectations_for("NVIDIA H100 80GB HBM3", "").name, "h100-sxm");

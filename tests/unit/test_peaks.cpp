@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/system.hpp"
 
 using namespace gpubench;
 
@@ -236,6 +237,17 @@ TEST(PeakDerived, UnknownHopperNameDerives) {
   EXPECT_DOUBLE_EQ(*spec->peak("fp8_e5m2"), 132.0 * 1980 * 8192 / 1e6);
   EXPECT_DOUBLE_EQ(*spec->peak("fp32"), 132.0 * 1980 * 256 / 1e6);
   EXPECT_EQ(spec->tflops.size(), 8u);
+  // A discovered GPU is looked up by the same four facts and its clock.
+  GpuInfo gpu;
+  gpu.name = "NVIDIA Graphics Device";
+  gpu.cc_major = 9;
+  gpu.sm_count = 132;
+  gpu.sm_clock_max_MHz = 1980;
+  const auto same = find_peak_spec(gpu);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(same->source, spec->source);
+  gpu.name = "NVIDIA H200";
+  EXPECT_EQ(find_peak_spec(gpu)->model, find_peak_spec("NVIDIA H200", 9, 0, 132, 1980)->model);
 }
 
 TEST(PeakDerived, MigSliceDerivesFromItsOwnSms) {

@@ -32,6 +32,10 @@ struct PeakSpec {
 std::optional<PeakSpec> find_peak_spec(const std::string& device_name, int cc_major, int cc_minor,
                                        int sm_count, int sm_clock_max_MHz);
 
+struct GpuInfo;
+// The same for a discovered GPU: its name, compute capability, SM count and maximum SM clock.
+std::optional<PeakSpec> find_peak_spec(const GpuInfo& gpu);
+
 // SM count x max SM clock x dense FLOP/clock/SM, for the architectures whose per-SM rate is fixed
 // and known: sm_80 (A100-class), sm_90 (Hopper), sm_100 (Blackwell datacenter). Nothing for other
 // architectures, or when the SM count or clock is unknown (<= 0). At the max clock this is an

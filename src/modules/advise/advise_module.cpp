@@ -99,9 +99,6 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
             "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2",
             "gpubench advise --from results/reference/h100/advise --top 0"};
   }
-  // Not part of `all` yet: it runs every layout's generation and takes minutes.
-  bool runs_in_all() const override { return false; }
-
   void add_options(CLI::App& app) override {
     opts_ = Options{};
     effective_.reset();
@@ -128,8 +125,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--dtype", opts_.dtype, "Weights and activations: bf16 or fp16")
         ->capture_default_str();
     app.add_option("--top", opts_.top,
-                   "Layouts run besides the one-GPU baseline, per workload and batch")
-        ->capture_default_str();
+                   "Layouts run besides the one-GPU baseline, per workload and batch (default "
+                   "3; quick 1)");
     app.add_option("--from", opts_.from,
                    "Take the building blocks from this earlier advise run (folder or report) "
                    "instead of measuring them");
@@ -197,8 +194,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     hbm_GBps = peak_tflops = 0;
     if (const GpuInfo* info = ctx.system().gpu(ctx.gpus().front())) {
       hbm_GBps = info->hbm_GBps_theoretical();
-      if (auto spec = find_peak_spec(info->name, info->cc_major, info->cc_minor, info->sm_count,
-                                     info->sm_clock_max_MHz))
+      if (auto spec = find_peak_spec(*info))
         peak_tflops = spec->peak(s.dtype == ActDtype::BF16 ? "bf16" : "fp16").value_or(0.0);
     }
   }

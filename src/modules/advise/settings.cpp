@@ -93,9 +93,9 @@ Settings resolve_settings(const Options& o, bool quick) {
                     "free)",
                     o.memory));
   s.memory_bytes = static_cast<std::uint64_t>(o.memory * static_cast<double>(1ull << 30));
-  if (o.top < 0 || o.top > kMaxTop)
-    throw InputError(fmt::format("--top: {} is outside 0..{}", o.top, kMaxTop));
-  s.top = o.top;
+  s.top = o.top.value_or(quick ? 1 : 3);
+  if (s.top < 0 || s.top > kMaxTop)
+    throw InputError(fmt::format("--top: {} is outside 0..{}", s.top, kMaxTop));
   s.from = trim(o.from);
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));

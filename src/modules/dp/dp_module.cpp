@@ -137,8 +137,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
 
   static double dense_peak(Context& ctx, const Settings& s) {
     if (const GpuInfo* info = ctx.system().gpu(ctx.gpus().front()))
-      if (auto spec = find_peak_spec(info->name, info->cc_major, info->cc_minor, info->sm_count,
-                                     info->sm_clock_max_MHz))
+      if (auto spec = find_peak_spec(*info))
         return spec->peak(s.dtype == ActDtype::BF16 ? "bf16" : "fp16").value_or(0.0);
     return 0;
   }

@@ -196,7 +196,7 @@ class MatmulModule final : public ResolvingModule<Options, Settings> {
   static std::optional<PeakSpec> peaks_of(Context& ctx, Report& report) {
     const GpuInfo* g = ctx.system().gpu(ctx.gpus().front());
     if (!g) return std::nullopt;
-    auto spec = find_peak_spec(g->name, g->cc_major, g->cc_minor, g->sm_count, g->sm_clock_max_MHz);
+    auto spec = find_peak_spec(*g);
     for (int other : ctx.gpus()) {
       const GpuInfo* o = ctx.system().gpu(other);
       if (o && o->name != g->name)

@@ -86,8 +86,7 @@ class SeqlenModule final : public ResolvingModule<Options, Settings> {
     double hbm = 0;
     if (info) {
       hbm = info->hbm_GBps_theoretical();
-      if (auto spec = find_peak_spec(info->name, info->cc_major, info->cc_minor, info->sm_count,
-                                     info->sm_clock_max_MHz)) {
+      if (auto spec = find_peak_spec(*info)) {
         peak = spec->peak(to_string(s.dtype));
         report.extra["peak"] = {{"model", spec->model},
                                 {"dtype", to_string(s.dtype)},

@@ -23,6 +23,7 @@
 // and pipeline parallelism are not candidates for training: no runner trains them here.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,7 +62,8 @@ struct Options {
   double memory = 0;            // GiB a GPU may hold; 0: what each GPU has free
   int layers = 0;               // > 0: only this many decoder layers
   std::string dtype = "bf16";
-  int top = 3;           // layouts run besides the one-GPU baseline, per workload and batch
+  std::optional<int> top;  // layouts run besides the one-GPU baseline, per workload and batch;
+                           // unset: 3 (quick 1)
   std::string from;      // an earlier advise run whose building blocks are used
   double timeout = 600;  // seconds without progress before a stuck run ends
 };
