@@ -329,10 +329,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
               ? fmt::format("Latency: {}, {}-token prompt, {} generated", s.model.name, s.prompt,
                             s.output_len)
           : q.workload == Workload::Throughput
-              ? fmt::format("Throughput: {}, {} sequences, {}-token prompts, {} generated",
-                            s.model.name, q.batch, s.prompt, s.output_len)
-              : fmt::format("Training: {} ({} layers), {} sequences of {} tokens a GPU a step",
-                            s.model.name, s.layers, q.batch, s.seq_len);
+              ? fmt::format("Throughput: {}, {}, {}-token prompts, {} generated", s.model.name,
+                            sequences(q.batch), s.prompt, s.output_len)
+              : fmt::format("Training: {} ({} layers), {} of {} tokens a GPU a step",
+                            s.model.name, s.layers, sequences(q.batch), s.seq_len);
       const Candidate* best = nullptr;
       const Candidate* base = nullptr;
       for (const Candidate& c : q.candidates) {
@@ -356,6 +356,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       report.set_headline("prediction_max_abs_error_pct", worst, "%");
     }
     report.extra["advice"] = advice;
+  }
+
+  static std::string sequences(std::int64_t n) {
+    return fmt::format("{} sequence{}", n, n == 1 ? "" : "s");
   }
 
   static Prediction measured_as_prediction(const Measured& m) {
@@ -452,7 +456,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   static std::string question_title(const Question& q) {
     return q.workload == Workload::Latency      ? std::string("Latency")
-           : q.workload == Workload::Throughput ? fmt::format("Throughput at {} sequences", q.batch)
+           : q.workload == Workload::Throughput ? "Throughput at " + sequences(q.batch)
                                                 : std::string("Training");
   }
 
