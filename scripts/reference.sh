@@ -14,7 +14,8 @@
 # test names (e.g. "pp_pipeline tp_engine"), limits the tests step.
 #
 # Steps (one GPU: tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode
-# seqlen_quick compare check stress advise dp torch_matmul torch_decode babelstream nvbandwidth;
+# seqlen_quick compare check stress advise advise_train1 dp torch_matmul torch_decode babelstream
+# nvbandwidth;
 # h100: tests env bandwidth matmul compare check stress advise dp; several GPUs: tests env
 # bandwidth allreduce allreduce_mpi small_latency tp pp compare check stress advise advise_70b dp
 # quick_start nccl_tests nvbandwidth; not by default: sigterm sigterm_mpi hung_rank pp_schedules stress_long
@@ -32,7 +33,8 @@
 #   compare       bandwidth --quick twice, the second run compared with the first
 #   check         check --quick, check, check --from, and check --quick beside a GPU kept busy
 #   advise        advise (llama-2-7b) beside seqlen's generation (one GPU: and training at 8
-#                 layers); advise_70b llama-2-70b
+#                 layers); advise_train1 training every layer at one sequence a GPU;
+#                 advise_70b llama-2-70b
 #   dp            dp, llama-2-7b at 4 x 4096 tokens a GPU (one GPU: 8 layers; several: all)
 #   stress        stress --quick; stress_long 9 minutes; stress_gemm the GEMM load beside matmul
 #                 --sustained; stress_live the live view on a terminal (under script)
@@ -55,7 +57,7 @@ export GPUBENCH_BINARY=$bin NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 case "$kind" in
   h200) defaults="tests env bandwidth matmul matmul_odd matmul_model seqlen seqlen_decode seqlen_quick
-      compare check stress advise dp torch_matmul torch_decode babelstream nvbandwidth" ;;
+      compare check stress advise advise_train1 dp torch_matmul torch_decode babelstream nvbandwidth" ;;
   h100) defaults="tests env bandwidth matmul compare check stress advise dp" ;;
   h200x2 | h200x4) defaults="tests env bandwidth allreduce allreduce_mpi small_latency tp pp
     compare check stress advise advise_70b dp quick_start nccl_tests nvbandwidth" ;;
@@ -166,6 +168,9 @@ if has advise; then
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
   ((ngpu == 1)) && gpb advise_train 300 advise --workload train --layers 8
 fi
+# advise_train1: every layer of llama-2-7b trained at one sequence of 4096 tokens a GPU, what one
+# H200 holds (4 sequences need 167 GiB).
+has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch 1
 has advise_70b && gpb advise_70b 590 advise --model llama-2-70b
 
 # dp: data-parallel training of llama-2-7b's shapes, 4 sequences of 4096 tokens a GPU, every
