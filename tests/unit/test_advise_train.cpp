@@ -120,6 +120,26 @@ TEST(AdviseTrainPlan, OneGpuBucketsAndMemory) {
   EXPECT_THROW((void)make_train_plan(s, 0, Strategy::Ddp, f, 0), InputError);
 }
 
+// A plan that does not fit says what its memory holds and how many sequences a GPU could train
+// instead: the rest of the step (4 GiB here) as 4 equal shares of 1 GiB.
+TEST(AdviseTrainPlan, MisfitSaysWhatFits) {
+  const Settings s = train_settings();
+  const TrainFootprint f = footprint(s, 4 * kGiB);
+  const Plan whole = make_train_plan(s, 1, Strategy::Ddp, f, 0);
+  const std::uint64_t states = whole.memory_per_gpu - 4 * kGiB;  // with the spare
+  const std::string two = make_train_plan(s, 1, Strategy::Ddp, f, states + 2 * kGiB + 1).why_not;
+  EXPECT_TRUE(contains(two, "activations of 4 sequences 4 GiB, 1 GiB spare)")) << two;
+  EXPECT_TRUE(contains(two, "; 2 sequences a GPU fit (--train-batch)")) << two;
+  const std::string one = make_train_plan(s, 1, Strategy::Ddp, f, states + kGiB + 1).why_not;
+  EXPECT_TRUE(contains(one, "; 1 sequence a GPU fit")) << one;
+  const std::string none = make_train_plan(s, 1, Strategy::Ddp, f, states + kGiB / 2).why_not;
+  EXPECT_TRUE(contains(none, "; one sequence needs")) << none;
+  const std::string states_alone = make_train_plan(s, 1, Strategy::Ddp, f, states / 2).why_not;
+  EXPECT_TRUE(contains(states_alone, "optimizer states alone take")) << states_alone;
+  // Sharding the states makes room: four GPUs under fsdp fit where one did not.
+  EXPECT_TRUE(make_train_plan(s, 4, Strategy::Fsdp, f, states).why_not.empty());
+}
+
 // Four GPUs: the strategy named, the batch four replicas', sharding saves memory, fsdp's buckets
 // are layers and the head.
 TEST(AdviseTrainPlan, FourGpusEachStrategy) {

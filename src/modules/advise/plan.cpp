@@ -106,6 +106,30 @@ std::vector<TrainBucket> train_buckets(const Settings& s, const std::vector<mode
   return out;
 }
 
+// Why a training plan does not fit, with its parts and the sequences a GPU could train instead.
+// The rest of the step is taken as --train-batch equal shares: it also holds what does not grow
+// with the batch, so the count given is one that fits.
+std::string train_misfit(const Settings& s, const parallel::MemoryPlan& m,
+                         std::uint64_t gpu_bytes) {
+  const std::uint64_t states = m.params + m.grads + m.optimizer + parallel::kMemoryReserve;
+  const std::uint64_t per_sequence = m.activations / static_cast<std::uint64_t>(s.train_batch);
+  std::string instead = fmt::format("; the weights, gradients and optimizer states alone take {}",
+                                    format_bytes(states - parallel::kMemoryReserve));
+  if (states < gpu_bytes) {
+    const std::uint64_t fit = per_sequence > 0 ? (gpu_bytes - states) / per_sequence : 0;
+    instead =
+        fit > 0 ? fmt::format("; {} sequence{} a GPU fit (--train-batch)", fit, fit == 1 ? "" : "s")
+                : fmt::format("; one sequence needs {}", format_bytes(states + per_sequence));
+  }
+  return fmt::format(
+      "does not fit in GPU memory: a GPU needs {} (weights, gradients and optimizer states {}, "
+      "activations of {} sequence{} {}, {} spare), {} available{}",
+      format_bytes(m.total() + parallel::kMemoryReserve),
+      format_bytes(states - parallel::kMemoryReserve), s.train_batch, s.train_batch == 1 ? "" : "s",
+      format_bytes(m.activations), format_bytes(parallel::kMemoryReserve), format_bytes(gpu_bytes),
+      instead);
+}
+
 }  // namespace
 
 Plan make_train_plan(const Settings& s, int gpus, parallel::Strategy k, const TrainFootprint& f,
@@ -125,13 +149,9 @@ Plan make_train_plan(const Settings& s, int gpus, parallel::Strategy k, const Tr
       f.params, fsdp ? 0 : static_cast<std::int64_t>(s.bucket_bytes) / s.elem_bytes, gpus);
   p.buckets = train_buckets(s, f.params, plan);
   p.flat = plan.total;
-  p.memory_per_gpu = parallel::memory_plan(p.strategy, plan, s.elem_bytes, f.rest).total() +
-                     parallel::kMemoryReserve;
-  if (gpu_bytes > 0 && p.memory_per_gpu > gpu_bytes)
-    p.why_not =
-        fmt::format("does not fit in GPU memory: a GPU needs {} ({} spare included), {} available",
-                    format_bytes(p.memory_per_gpu), format_bytes(parallel::kMemoryReserve),
-                    format_bytes(gpu_bytes));
+  const parallel::MemoryPlan memory = parallel::memory_plan(p.strategy, plan, s.elem_bytes, f.rest);
+  p.memory_per_gpu = memory.total() + parallel::kMemoryReserve;
+  if (gpu_bytes > 0 && p.memory_per_gpu > gpu_bytes) p.why_not = train_misfit(s, memory, gpu_bytes);
   return p;
 }
 
