@@ -420,7 +420,8 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   }
   if (lead) check_outputs(c);
   Output out(c, make_run_id());
-  const System sys = System::discover(m.name() == "env" && !m.config().value("no_warm", false));
+  const System sys =
+      System::discover(m.name() == "env" && !m.config(c.quick).value("no_warm", false));
   if (launch.size > 1 && m.supports_mpi() && !sys.gpus.empty()) start_mpi();
   const ProcessInfo& proc = process_info();
   // A stalled run: rank 0 writes what finished, then the job ends (see Context::watchdog).

@@ -59,7 +59,7 @@ void fill_metadata(Report& r, Module& module, const CommonOptions& common, const
 
 ojson effective_config(const Module& module, const CommonOptions& common) {
   ojson cfg = common_json(common, measure_options_from(common));
-  const ojson module_cfg = module.config();
+  const ojson module_cfg = module.config(common.quick);
   for (const auto& [k, v] : module_cfg.items()) cfg[k] = v;
   return cfg;
 }

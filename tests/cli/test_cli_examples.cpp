@@ -131,6 +131,14 @@ TEST(CliExamples, DryRunTouchesNothingAndRefusesBadInput) {
   const Outcome all = run("all --config config/quick.ini --dry-run", "cd " + source_dir() + " &&");
   EXPECT_EQ(all.code, 0) << all.err;
   EXPECT_NE(all.out.find("\"module\": \"pp\""), std::string::npos);
+  // --quick's own defaults, not the full run's, in the configuration printed.
+  const Outcome quick = run("seqlen --quick --dry-run");
+  EXPECT_NE(quick.out.find("\"seq_lens\": [\n      512,\n      2048\n    ]"), std::string::npos)
+      << quick.out;
+  // A quick advise of the run's model: the best layout beside one GPU.
+  const std::size_t advise = all.out.find("\"module\": \"advise\"");
+  ASSERT_NE(advise, std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("\"top\": 1", advise), std::string::npos);
 }
 
 // nccl-tests' own examples and flags, as its users type them: each accepted with its meaning,

@@ -42,7 +42,7 @@ Report run_bandwidth(const std::vector<std::string>& args, std::vector<int> gpus
   Context ctx(discovered(), std::move(gpus), common);
   Report r = m->run(ctx);
   r.settle_status();
-  const auto cfg = m->config();
+  const auto cfg = m->config(true);
   EXPECT_TRUE(cfg.contains("hbm_size"));
   return r;
 }

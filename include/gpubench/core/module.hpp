@@ -32,8 +32,9 @@ class Module {
   // default: it needs at least one selected GPU.
   virtual std::optional<std::string> unsupported(const System& system,
                                                  const std::vector<int>& gpus) const;
-  // The effective options, recorded in the report's "config".
-  virtual nlohmann::ordered_json config() const = 0;
+  // The effective options, recorded in the report's "config" and printed by --dry-run: those of
+  // --quick's mode when `quick`.
+  virtual nlohmann::ordered_json config(bool quick) const = 0;
   // Runs and returns the report's data: results, headline, matrices, sweeps, warnings.
   virtual Report run(Context& ctx) = 0;
   // Does this module use the GPUs (false for env: it still runs without one).
@@ -64,10 +65,10 @@ template <class Options, class Settings>
 class ResolvingModule : public Module {
  public:
   void validate() const override { (void)resolve(opts_, /*quick=*/false); }
-  nlohmann::ordered_json config() const override {
+  nlohmann::ordered_json config(bool quick) const override {
     if (effective_) return effective_->to_json();
     try {
-      return resolve(opts_, false).to_json();
+      return resolve(opts_, quick).to_json();
     } catch (const InputError&) {
       return nlohmann::ordered_json::object();
     }

@@ -238,7 +238,7 @@ class EnvModule final : public Module {
     return std::nullopt;
   }
 
-  nlohmann::ordered_json config() const override { return {{"no_warm", no_warm_}}; }
+  nlohmann::ordered_json config(bool) const override { return {{"no_warm", no_warm_}}; }
 
   Report run(Context& ctx) override {
     const System& s = ctx.system();
