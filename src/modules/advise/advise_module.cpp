@@ -172,7 +172,13 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     for (const Question& q : questions)
       for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
     progress::next("calibration: compute, all-reduces, transfers");
-    const Blocks blocks = earlier ? *earlier : calibrate(ctx, s, merge(needs));
+    // Its collectives can hang as the runs' can (a rank that failed, a GPU that stopped): under
+    // the same watchdog, which writes the report as it stands.
+    ctx.publish(report);
+    const Blocks blocks = earlier ? *earlier : [&] {
+      auto watchdog = ctx.watchdog("advise", s.timeout_s);
+      return calibrate(ctx, s, merge(needs));
+    }();
     if (!s.from.empty()) report.warn(fmt::format("building blocks taken from {}", s.from));
     report.extra["blocks"] = blocks.to_json();
     predict_all(s, blocks, room, questions);

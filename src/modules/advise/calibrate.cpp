@@ -160,9 +160,11 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
     if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
     group->broadcast(self.rank, &id, sizeof id);
     NcclComm comm(id, ranks, self.rank);
-    DeviceBuffer buf(self.device, std::max<std::uint64_t>(sizes.back(), 4));
-    GPB_CUDA_CHECK(cudaMemset(buf.get(), 0, std::max<std::uint64_t>(sizes.back(), 4)));
+    const std::uint64_t largest = std::max<std::uint64_t>(
+        sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()), 4);
+    DeviceBuffer buf(self.device, largest);
     cudaStream_t st = self.stream->get();
+    GPB_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, largest, st));
     for (std::uint64_t bytes : sizes) {
       Measurement m;
       if (sends) {

@@ -26,24 +26,30 @@ namespace {
 // a wrong cache, position or shard gives errors of order 1.
 constexpr double kCheckLimit = 0.1;
 
-// Token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro], seeded.
+// Token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro], seeded per
+// sequence (its prompt, then its fed tokens), so that a sequence's tokens are the same whatever
+// the microbatches: microbatch 0's reference serves every layout with its microbatch size.
 struct Tokens {
   std::vector<std::int32_t> prompts, steps;
 };
 Tokens token_ids(const Settings& s, const Plan& p) {
   Tokens t;
   const std::int64_t n = s.prompt, steps = s.output_len - 1, vocab = s.model.vocab_size;
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  const auto next = [&] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
-  };
-  t.prompts.resize(static_cast<std::size_t>(p.m * p.micro * n));
-  for (auto& id : t.prompts) id = next();
-  t.steps.resize(static_cast<std::size_t>(steps * p.m * p.micro));
-  for (auto& id : t.steps) id = next();
+  const std::int64_t sequences = p.m * p.micro;
+  t.prompts.resize(static_cast<std::size_t>(sequences * n));
+  t.steps.resize(static_cast<std::size_t>(steps * sequences));
+  for (std::int64_t q = 0; q < sequences; ++q) {
+    std::uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(q + 1);
+    const auto next = [&] {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return static_cast<std::int32_t>(x % static_cast<std::uint64_t>(vocab));
+    };
+    for (std::int64_t i = 0; i < n; ++i) t.prompts[static_cast<std::size_t>(q * n + i)] = next();
+    for (std::int64_t i = 0; i < steps; ++i)
+      t.steps[static_cast<std::size_t>(i * sequences + q)] = next();
+  }
   return t;
 }
 
