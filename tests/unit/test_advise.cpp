@@ -190,6 +190,30 @@ TEST(AdvisePlan, OneGpu) {
 
 // A rank's engine: its stage's layers and tensor shard, the replica's sequences, the prompt and
 // every generated token but the last.
+// Microbatch 0's reference is shared by every layout of its microbatch size: its sequences'
+// prompts and fed tokens must not depend on how many microbatches the replica runs.
+TEST(AdvisePlan, TokensOfASequenceDoNotDependOnTheMicrobatches) {
+  Options o;
+  o.prompt = 16;
+  o.output_len = 6;
+  const Settings s = resolve_settings(o, false);
+  Plan one, two;
+  one.m = 1;
+  two.m = 2;
+  one.micro = two.micro = 2;
+  const Tokens a = token_ids(s, one), b = token_ids(s, two);
+  ASSERT_EQ(a.prompts.size(), 2u * 16);
+  ASSERT_EQ(b.prompts.size(), 4u * 16);
+  ASSERT_EQ(b.steps.size(), 5u * 4);
+  for (std::size_t q = 0; q < 2; ++q) {
+    for (std::size_t i = 0; i < 16; ++i) EXPECT_EQ(a.prompts[q * 16 + i], b.prompts[q * 16 + i]);
+    for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(a.steps[i * 2 + q], b.steps[i * 4 + q]) << i;
+  }
+  EXPECT_NE(std::vector<std::int32_t>(b.prompts.begin(), b.prompts.begin() + 16),
+            std::vector<std::int32_t>(b.prompts.begin() + 16, b.prompts.begin() + 32));
+  for (std::int32_t id : b.steps) EXPECT_TRUE(id >= 0 && id < s.model.vocab_size);
+}
+
 TEST(AdvisePlan, RankEngineOptions) {
   const Settings s = small_settings();
   const Plan p = plan_of(s, Layout{1, 2, 2}, Workload::Throughput, 4);

@@ -19,19 +19,6 @@
 
 namespace gpubench::advise {
 
-namespace {
-
-// The last step's logits against the reference: the paths round differently (GEMM against GEMV
-// accumulation, tensor-parallel sums in another order) and differences grow through the layers;
-// a wrong cache, position or shard gives errors of order 1.
-constexpr double kCheckLimit = 0.1;
-
-// Token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro], seeded per
-// sequence (its prompt, then its fed tokens), so that a sequence's tokens are the same whatever
-// the microbatches: microbatch 0's reference serves every layout with its microbatch size.
-struct Tokens {
-  std::vector<std::int32_t> prompts, steps;
-};
 Tokens token_ids(const Settings& s, const Plan& p) {
   Tokens t;
   const std::int64_t n = s.prompt, steps = s.output_len - 1, vocab = s.model.vocab_size;
@@ -52,6 +39,13 @@ Tokens token_ids(const Settings& s, const Plan& p) {
   }
   return t;
 }
+
+namespace {
+
+// The last step's logits against the reference: the paths round differently (GEMM against GEMV
+// accumulation, tensor-parallel sums in another order) and differences grow through the layers;
+// a wrong cache, position or shard gives errors of order 1.
+constexpr double kCheckLimit = 0.1;
 
 // The reference of microbatch 0: a prefill of its whole stream (prompt, then every fed token)
 // on one GPU, whose last logits a generation's last step must give.

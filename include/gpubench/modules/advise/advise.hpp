@@ -293,6 +293,14 @@ struct Measured {
   double cut_error = 0;
   std::uint64_t memory_per_gpu = 0;
 };
+// A generation's token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro],
+// seeded per sequence (its prompt, then its fed tokens), so that a sequence's tokens are the same
+// whatever the microbatches: microbatch 0's reference serves every layout of its microbatch size.
+struct Tokens {
+  std::vector<std::int32_t> prompts, steps;
+};
+Tokens token_ids(const Settings& s, const Plan& p);
+
 // Reference logits of the last step of microbatch 0, by (micro, prompt, output_len): a prefill
 // of the whole stream (prompt and the fed tokens) on one GPU where the model fits (in its free
 // memory, and in --memory when given), else the first layout that ran it. A model that does not
