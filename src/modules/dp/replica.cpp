@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
@@ -42,14 +42,17 @@ void Collectives::all_gather(const void* send, void* recv, std::int64_t chunk, c
   GPB_NCCL_CHECK(ncclAllGather(send, recv, static_cast<std::size_t>(chunk), type_, comm_, st));
 }
 
-void Collectives::warm(int device, cudaStream_t st) {
-  const std::int64_t chunk = 1 << 16;
-  DeviceBuffer b(device, static_cast<std::size_t>(chunk * ranks_) * 2);
+void Collectives::warm(int device, std::int64_t largest, cudaStream_t st) {
+  const std::int64_t small = std::int64_t{1} << 16;
+  DeviceBuffer b(device, static_cast<std::size_t>(std::max(small * ranks_, largest)) * 2);
   GPB_CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), st));
-  auto* at = static_cast<char*>(b.get()) + chunk * rank_ * 2;
-  all_reduce(b.get(), chunk * ranks_, st);
-  reduce_scatter(b.get(), at, chunk, st);
-  all_gather(at, b.get(), chunk, st);
+  for (const std::int64_t chunk : {small, largest / ranks_}) {
+    if (chunk <= 0) continue;
+    auto* at = static_cast<char*>(b.get()) + chunk * rank_ * 2;
+    all_reduce(b.get(), chunk * ranks_, st);
+    reduce_scatter(b.get(), at, chunk, st);
+    all_gather(at, b.get(), chunk, st);
+  }
   GPB_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
@@ -64,9 +67,8 @@ DeviceBuffer zeroed(int device, std::int64_t bytes, cudaStream_t st) {
   return b;
 }
 
-// One element of a device array, as a double.
+// Element i (>= 0) of a device array, as a double.
 double read_one(const void* base, std::int64_t i, std::int64_t eb, bool fp32, ActDtype dtype) {
-  if (i < 0) return std::numeric_limits<double>::quiet_NaN();
   const auto* p = static_cast<const char*>(base) + i * eb;
   if (fp32) {
     float v = 0;
@@ -94,6 +96,7 @@ Replica::Replica(const Settings& s, Strategy strategy, const ParamPlan& plan, st
       rank_(comm.rank()),
       eb_(static_cast<std::int64_t>(act_bytes(s.dtype))),
       comm_stream_(device, true),
+      started_(device, false),
       ready_(device, false),
       synced_(device, false),
       staging_free_{Event(device, false), Event(device, false)},
@@ -276,6 +279,10 @@ void Replica::reduce_bucket(int b, cudaStream_t st) {
 void Replica::step(cudaStream_t st, GemmCheckTally* tally) {
   ++step_;
   slot_holds_ = {-1, -1};  // the weights changed: every bucket is gathered again
+  // The communication stream starts the step with the compute stream: fsdp's first gathers read
+  // the weights the last step's optimizer wrote there, and belong to this step's time.
+  started_.record(st);
+  GPB_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_.get(), started_, 0));
   unsigned char* slab = ts_->allocate(0, st);
   ts_->forward(0, 0, slab, nullptr, st);
   ts_->backward(0, slab, dgrad_.get(), st, false, tally);
@@ -288,8 +295,14 @@ void Replica::step(cudaStream_t st, GemmCheckTally* tally) {
   optimizer(st);
   mark_end(0, st);
   tracing_ = false;
-  if (faults_.flip_rank == rank_ && step_ == 1)
-    GPB_CUDA_CHECK(cudaMemsetAsync(weights_.get(), 0x3c, 1, st));
+  if (faults_.flip_rank == rank_ && step_ == 1) {  // one bit of the first weight, whatever it is
+    unsigned char byte = 0;
+    GPB_CUDA_CHECK(cudaMemcpyAsync(&byte, weights_.get(), 1, cudaMemcpyDeviceToHost, st));
+    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    byte ^= 0x40;
+    GPB_CUDA_CHECK(cudaMemcpyAsync(weights_.get(), &byte, 1, cudaMemcpyHostToDevice, st));
+    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
 }
 
 std::uint64_t Replica::state_hash(cudaStream_t st) const {
@@ -393,6 +406,8 @@ Replica::Sample Replica::sample(std::int64_t e) const {
   // zero1 keeps the whole gradient buffer, its own chunks reduced in place.
   const std::int64_t gi = k_ == Strategy::Ddp ? e : k_ == Strategy::Zero1 ? (si >= 0 ? e : -1) : si;
   Sample out;
+  out.mine = k_ == Strategy::Ddp || si >= 0;
+  if (!out.mine) return out;
   out.grad = read_one(grads_.get(), gi, eb_, false, s_.dtype);
   out.master = read_one(master_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
   return out;

@@ -93,7 +93,7 @@ Tallies compare_samples(const Settings& s, const Replica& rep,
   const AdamWTerms terms = adamw_terms(s.adamw, 1);
   for (std::size_t k = 0; k < positions.size(); ++k) {
     const Replica::Sample got = rep.sample(positions[k]);
-    if (std::isnan(got.grad) || std::isnan(got.master)) continue;  // another rank's shard
+    if (!got.mine) continue;  // another rank's shard
     if (!std::isfinite(got.grad) || !std::isfinite(got.master)) t.finite = false;
     if (ref.empty()) continue;
     const double g = ref[2 * k], w0 = ref[2 * k + 1];
@@ -150,6 +150,8 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
     why = "a gradient GEMM's entries were outside tolerance";
   else if (not_finite > 0)
     why = "a gradient or master weight is not finite";
+  else if (!ref.empty() && compared == 0)
+    why = "no sampled element was compared with one GPU's step";
   else if (!o.ranks_agree)
     why = k == Strategy::Ddp ? "the ranks' weights or master weights differ after the step"
                              : "the ranks' weights differ after the step";
@@ -208,7 +210,9 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
   group.broadcast(self.rank, &id, sizeof id);
   NcclComm nccl(id, group.size(), self.rank);
   Collectives comm(nccl.get(), self.rank, group.size(), s.dtype);
-  comm.warm(self.device, st);  // NCCL's buffers set up before the replica's memory is counted
+  std::int64_t largest = 0;
+  for (const Bucket& b : plan.buckets) largest = std::max(largest, b.elems);
+  comm.warm(self.device, largest, st);  // NCCL's buffers set up before the memory is counted
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   const std::uint64_t before = used_bytes();
   Replica rep(s, k, plan, batch, comm, self.device, st, faults);

@@ -26,8 +26,10 @@ class Collectives {
   void all_reduce(void* data, std::int64_t elems, cudaStream_t st);
   void reduce_scatter(const void* send, void* recv, std::int64_t chunk, cudaStream_t st);
   void all_gather(const void* send, void* recv, std::int64_t chunk, cudaStream_t st);
-  // One small collective of each kind, so that NCCL's connections and buffers exist.
-  void warm(int device, cudaStream_t st);
+  // A collective of each kind at 64K elements and at `largest` (a whole bucket's elements, a
+  // multiple of the ranks), so that the connections and buffers NCCL sets up on a size's first
+  // use (its algorithm and protocol for that size) exist before the replica's memory is counted.
+  void warm(int device, std::int64_t largest, cudaStream_t st);
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
 
@@ -63,7 +65,8 @@ class Replica final : public model::TrainHooks {
   // After a step: the reduced gradient (the sum over the ranks) and the fp32 master weight at
   // flat element e, as this rank holds them (NaN where it does not: another rank's shard).
   struct Sample {
-    double grad, master;
+    bool mine = true;  // false: another rank's shard holds it (grad and master unread)
+    double grad = 0, master = 0;
   };
   Sample sample(std::int64_t e) const;
   // An order-independent hash of every bit of what each rank holds whole: the weights (not fsdp,
@@ -105,7 +108,7 @@ class Replica final : public model::TrainHooks {
   DeviceBuffer weights_, grads_, master_, m_, v_, dgrad_;
   std::array<DeviceBuffer, 2> staging_, slots_;
   Stream comm_stream_;
-  Event ready_, synced_;
+  Event started_, ready_, synced_;
   std::array<Event, 2> staging_free_, slot_free_, slot_full_;
   std::array<int, 2> slot_holds_{-1, -1};
   int step_ = 0;
