@@ -305,13 +305,17 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
   return m;
 }
 
+int rank_count(const Context& ctx) {
+  return ctx.over_processes() ? rank_count(ctx.gpus()) : static_cast<int>(ctx.gpus().size());
+}
+
 std::unique_ptr<RankGroup> leading_ranks(Context& ctx, int n, const std::string& option) {
-  const ProcessInfo& p = process_info();
-  const int have = rank_count(ctx.gpus());
+  const bool processes = ctx.over_processes() && process_info().mpi;
+  const int have = rank_count(ctx);
   if (n < 1 || n > have)
     throw InputError(fmt::format("{}: {} needs {} GPUs, {} {}", option, n, n, have,
-                                 p.mpi ? "processes" : "selected"));
-  if (p.mpi) return RankGroup::over_mpi(process_gpu(ctx.gpus(), false), n);
+                                 processes ? "processes" : "selected"));
+  if (processes) return RankGroup::over_mpi(process_gpu(ctx.gpus(), false), n);
   return std::make_unique<RankGroup>(
       std::vector<int>(ctx.gpus().begin(), ctx.gpus().begin() + n));
 }

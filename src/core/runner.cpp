@@ -9,6 +9,7 @@
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/version.hpp"
@@ -64,9 +65,12 @@ ojson effective_config(const Module& module, const CommonOptions& common) {
   return cfg;
 }
 
-Report run_module(Module& module, const CommonOptions& common, const System& system,
-                  const std::string& run_id, const std::vector<std::string>& command,
-                  const Context::StallSink& on_stall) {
+namespace {
+
+// run_module, with `processes` whether the caller's run is one rank per process.
+Report run_in(Module& module, const CommonOptions& common, const System& system,
+              const std::string& run_id, const std::vector<std::string>& command,
+              const Context::StallSink& on_stall, bool processes) {
   const std::string started = utc_now();
   (void)measure_options_from(common);  // validates --l2
   module.validate();
@@ -88,6 +92,7 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
   } else {
     Context ctx(system, gpus, common);
     ctx.set_run(run_id, command);
+    ctx.set_over_processes(processes && module.supports_mpi());
     // A stalled run's report: what the module published, with this report's metadata (the
     // monitor's figures stay out: the thread that merges them may be the stuck one).
     ctx.on_stall([&](Report& stalled) {
@@ -127,14 +132,24 @@ Report run_module(Module& module, const CommonOptions& common, const System& sys
   return r;
 }
 
+}  // namespace
+
+Report run_module(Module& module, const CommonOptions& common, const System& system,
+                  const std::string& run_id, const std::vector<std::string>& command,
+                  const Context::StallSink& on_stall) {
+  return run_in(module, common, system, run_id, command, on_stall, process_info().mpi);
+}
+
 Report run_nested(Module& module, Context& parent) {
   // The parent's line is taken up again however the nested run ends (a throw included).
   struct Resume {
     progress::Position at = progress::position();
     ~Resume() { progress::resume(at); }
   } resume;
-  return run_module(module, parent.common(), parent.system(), parent.run_id(), parent.command(),
-                    [&parent](Report& stalled) { return parent.stall(stalled); });
+  // A module nested in one that runs in this process alone runs here alone too.
+  return run_in(
+      module, parent.common(), parent.system(), parent.run_id(), parent.command(),
+      [&parent](Report& stalled) { return parent.stall(stalled); }, parent.over_processes());
 }
 
 }  // namespace gpubench

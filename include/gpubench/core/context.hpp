@@ -58,6 +58,12 @@ class Context {
   // Hands a stalled report to the stall sink, as a watchdog does; returns the exit code.
   int stall(Report& stalled) const;
 
+  // Does this run take one rank per process (a module that supports mpirun/srun, launched so)?
+  // Else it runs in this process alone, on its selected GPUs, even where MPI is up (a module of
+  // `gpubench all` that runs on rank 0 alone): its rank groups are threads.
+  bool over_processes() const noexcept { return over_processes_; }
+  void set_over_processes(bool over) noexcept { over_processes_ = over; }
+
   // The run this context belongs to: its id and command line, for the runs a module makes
   // inside its own (check's battery, run_nested).
   void set_run(std::string run_id, std::vector<std::string> command);
@@ -83,6 +89,7 @@ class Context {
   StallSink stall_sink_;
   std::string run_id_;
   std::vector<std::string> command_;
+  bool over_processes_ = false;
 };
 
 }  // namespace gpubench

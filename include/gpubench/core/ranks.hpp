@@ -75,9 +75,14 @@ class RankGroup {
   RankGroup();
 };
 
-// The first n ranks of the run: in one process the first n selected GPUs, under mpirun/srun
-// the first n processes, each on its process_gpu (every process must call it; null on the
-// others). InputError naming `option` when there are fewer than n GPUs (or processes).
+// The ranks a run has: its processes in a run over processes (Context::over_processes), else its
+// selected GPUs.
+int rank_count(const Context& ctx);
+
+// The first n ranks of the run: in one process the first n selected GPUs, in a run over
+// processes (Context::over_processes) the first n processes, each on its process_gpu (every
+// process must call it; null on the others). InputError naming `option` when there are fewer than n
+// GPUs (or processes).
 std::unique_ptr<RankGroup> leading_ranks(Context& ctx, int n, const std::string& option);
 
 }  // namespace gpubench

@@ -1,9 +1,11 @@
 // `gpubench advise` on the GPUs: one layout's generation, end to end, checked and timed. Every
 // rank holds its stage's layers of its tensor shard; the hidden states go from stage to stage
-// over NCCL (sends on a side stream of their own, so a stage's next receive never waits behind
-// its last send), and the last stage hands each step's next tokens back to the first over the
-// pipeline's ring. Token ids are seeded, not sampled: every step's work and its dependence on
-// the step before are a real generation's, and the result can be held against a reference.
+// over NCCL (sends on a side stream of their own, so a stage's compute never waits behind its
+// send; NCCL still orders a middle stage's next receive after its send, on one communicator),
+// and the last stage hands each step's next tokens back to the first over the pipeline's ring.
+// Advise runs in one process (a thread per GPU), also in `gpubench all` under mpirun. Token ids are
+// seeded, not sampled: every step's work and its dependence on the step before are a real
+// generation's, and the result can be held against a reference.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -111,6 +113,9 @@ class RankRun {
     ring_ids_ = DeviceBuffer(self.device, static_cast<std::size_t>(p.m * p.micro) * 4);
     GPB_CUDA_CHECK(cudaMemset(ring_ids_.get(), 0, ring_ids_.bytes()));  // valid ids to capture
     saved_ = DeviceBuffer(self.device, static_cast<std::size_t>(p.micro) * s.model.vocab_size * 2);
+    // The uploads and the zeroing ran on the legacy stream, which the rank's non-blocking streams
+    // do not wait for.
+    GPB_CUDA_CHECK(cudaDeviceSynchronize());
     capture_steps();
   }
 
@@ -361,8 +366,9 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     }
     const auto errors = group.all_gather(self.rank, error);
     std::vector<double> firsts, wholes;
-    for (int r = 0; r < reps && !Context::interrupted(); ++r) {
-      group.barrier();
+    for (int r = 0; r < reps; ++r) {
+      // Every rank stops at the same repetition: one that went on alone would wait in NCCL.
+      if (group.any(self.rank, Context::interrupted())) break;
       const auto [first, all] = run.generate(false);
       const auto f = group.all_gather(self.rank, first);
       const auto w = group.all_gather(self.rank, all);

@@ -72,16 +72,17 @@ class DpModule final : public ResolvingModule<Options, Settings> {
   }
 
   Report run(Context& ctx) override {
-    const ProcessInfo& proc = process_info();
-    const Settings s = resolve_settings(opts_, ctx.quick(), rank_count(ctx.gpus()));
+    // "": a thread per GPU (also where MPI is up but the run is in this process alone).
+    const std::string launcher = ctx.over_processes() ? process_info().launcher : std::string();
+    const Settings s = resolve_settings(opts_, ctx.quick(), rank_count(ctx));
     effective_ = s;
     peak_tflops_ = dense_peak(ctx, s);
     std::vector<Outcome> done, sweep;
     References refs;  // one reference a GPU count and batch, for every strategy
-    Report report = assemble(s, done, sweep, proc);
+    Report report = assemble(s, done, sweep, launcher);
     ctx.publish(report);
     std::unique_ptr<RankGroup> world;
-    if (proc.mpi) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
+    if (!launcher.empty()) world = RankGroup::over_mpi(process_gpu(ctx.gpus(), false));
     auto stopping = [&] {
       if (!world) return Context::interrupted();
       const auto watchdog = ctx.watchdog("dp", s.timeout_s);
@@ -96,7 +97,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
       else
         watchdog.reset();
       if (world) world->barrier();
-      ctx.publish(assemble(s, done, sweep, proc));
+      ctx.publish(assemble(s, done, sweep, launcher));
     };
     const int most = s.gpu_counts.back();
     progress::expect(s.strategies.size() * s.gpu_counts.size() * s.batch_sizes.size() +
@@ -104,7 +105,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
     for (Strategy k : s.strategies)
       for (int n : s.gpu_counts)
         for (std::int64_t b : s.batch_sizes) {
-          if (stopping()) return assemble(s, done, sweep, proc);
+          if (stopping()) return assemble(s, done, sweep, launcher);
           progress::next(fmt::format("{} on {} GPU{}, {} sequences a GPU", to_string(k), n,
                                      n == 1 ? "" : "s", b));
           watched(n, [&](RankGroup& g) {
@@ -124,7 +125,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
           }));
         });
       }
-    return assemble(s, done, sweep, proc);
+    return assemble(s, done, sweep, launcher);
   }
 
  protected:
@@ -172,13 +173,13 @@ class DpModule final : public ResolvingModule<Options, Settings> {
   }
 
   Report assemble(const Settings& s, const std::vector<Outcome>& done,
-                  const std::vector<Outcome>& sweep, const ProcessInfo& proc) const {
+                  const std::vector<Outcome>& sweep, const std::string& launcher) const {
     Report r;
     r.module = name();
     r.config = s.to_json();
     for (const auto& n : s.notes) r.warn(n);
-    r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
-                                        : std::string("one process, a thread per GPU");
+    r.extra["process_model"] = !launcher.empty() ? fmt::format("{} (one process per GPU)", launcher)
+                                                 : std::string("one process, a thread per GPU");
     r.extra["tolerances"] = {{"grad_relative_l2", kGradTolerance},
                              {"update_slack_of_lr", kUpdateSlack},
                              {"update_mismatch_share", kUpdateTolerance}};
