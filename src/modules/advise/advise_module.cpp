@@ -364,10 +364,6 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     report.extra["advice"] = advice;
   }
 
-  static std::string sequences(std::int64_t n) {
-    return fmt::format("{} sequence{}", n, n == 1 ? "" : "s");
-  }
-
   static Prediction measured_as_prediction(const Measured& m) {
     Prediction p;
     p.ttft_s = m.ttft_s;

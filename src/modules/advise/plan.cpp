@@ -111,21 +111,21 @@ std::vector<TrainBucket> train_buckets(const Settings& s, const std::vector<mode
 // with the batch, so the count given is one that fits.
 std::string train_misfit(const Settings& s, const parallel::MemoryPlan& m,
                          std::uint64_t gpu_bytes) {
-  const std::uint64_t states = m.params + m.grads + m.optimizer + parallel::kMemoryReserve;
+  const std::uint64_t states = m.params + m.grads + m.optimizer;
+  const std::uint64_t fixed = states + parallel::kMemoryReserve;  // whatever the batch
   const std::uint64_t per_sequence = m.activations / static_cast<std::uint64_t>(s.train_batch);
   std::string instead = fmt::format("; the weights, gradients and optimizer states alone take {}",
-                                    format_bytes(states - parallel::kMemoryReserve));
-  if (states < gpu_bytes) {
-    const std::uint64_t fit = per_sequence > 0 ? (gpu_bytes - states) / per_sequence : 0;
-    instead =
-        fit > 0 ? fmt::format("; {} sequence{} a GPU fit (--train-batch)", fit, fit == 1 ? "" : "s")
-                : fmt::format("; one sequence needs {}", format_bytes(states + per_sequence));
+                                    format_bytes(states));
+  if (fixed < gpu_bytes) {
+    const std::uint64_t fit = per_sequence > 0 ? (gpu_bytes - fixed) / per_sequence : 0;
+    instead = fit > 0 ? fmt::format("; {} a GPU fit (--train-batch)",
+                                    sequences(static_cast<std::int64_t>(fit)))
+                      : fmt::format("; one sequence needs {}", format_bytes(fixed + per_sequence));
   }
   return fmt::format(
       "does not fit in GPU memory: a GPU needs {} (weights, gradients and optimizer states {}, "
-      "activations of {} sequence{} {}, {} spare), {} available{}",
-      format_bytes(m.total() + parallel::kMemoryReserve),
-      format_bytes(states - parallel::kMemoryReserve), s.train_batch, s.train_batch == 1 ? "" : "s",
+      "activations of {} {}, {} spare), {} available{}",
+      format_bytes(fixed + m.activations), format_bytes(states), sequences(s.train_batch),
       format_bytes(m.activations), format_bytes(parallel::kMemoryReserve), format_bytes(gpu_bytes),
       instead);
 }

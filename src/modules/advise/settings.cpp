@@ -53,6 +53,10 @@ const char* to_string(Workload w) {
   return "?";
 }
 
+std::string sequences(std::int64_t n) {
+  return fmt::format("{} sequence{}", n, n == 1 ? "" : "s");
+}
+
 Settings resolve_settings(const Options& o, bool quick) {
   Settings s;
   s.model = model::load_engine_model(o.model, o.model_config);

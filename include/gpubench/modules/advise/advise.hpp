@@ -47,6 +47,7 @@ using parallel::Layout;
 
 enum class Workload { Latency, Throughput, Train };
 const char* to_string(Workload w);  // "latency" / "throughput" / "train"
+std::string sequences(std::int64_t n);  // "1 sequence", "4 sequences"
 
 // As given on the command line or in the config (long option names = INI keys); empty lists
 // mean "the default for this mode".
