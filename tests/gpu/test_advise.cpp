@@ -123,34 +123,44 @@ TEST(AdviseGpu, AModelTooLargeForOneGpuIsCheckedCutDown) {
   EXPECT_LT(second.check_error, 0.1);
 }
 
+// Decode's all-reduces over NCCL and, where the GPUs have peer access, through the one-shot
+// kernel: the same logits either way.
 TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
   if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
-  const Settings s = small();
+  Settings s = small();
   RankGroup group(rig.gpus);
   References refs;
-  for (const Layout& l : parallel::every_layout(2, s.model)) {
-    const Plan p = plan_of(s, l, Workload::Throughput, 4);
-    ASSERT_TRUE(p.why_not.empty()) << p.why_not;
-    const Measured m = run_generation(rig.ctx, s, p, group, refs);
-    EXPECT_EQ(m.status, "ok") << l.name() << ": " << m.note;
-    EXPECT_LT(m.check_error, 0.1) << l.name();
+  for (bool one_shot : {false, true}) {
+    s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
+    if (one_shot != s.one_shot()) continue;
+    for (const Layout& l : parallel::every_layout(2, s.model)) {
+      const Plan p = plan_of(s, l, Workload::Throughput, 4);
+      ASSERT_TRUE(p.why_not.empty()) << p.why_not;
+      const Measured m = run_generation(rig.ctx, s, p, group, refs);
+      EXPECT_EQ(m.status, "ok") << l.name() << " one-shot " << one_shot << ": " << m.note;
+      EXPECT_LT(m.check_error, 0.1) << l.name() << " one-shot " << one_shot;
+    }
   }
 }
 
 TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
   if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
-  const Settings s = small();
+  Settings s = small();
   Needs n;
   n.all_reduces = {{2, 8192}, {2, 8u << 20}};
   n.transfers = {4, 8192, 8u << 20};
-  const Blocks b = calibrate(rig.ctx, s, n);
-  ASSERT_EQ(b.all_reduce_s.size(), 2u);
-  ASSERT_EQ(b.transfer_s.size(), 3u);
-  // More bytes take longer, both ways of moving them.
-  EXPECT_LT(b.all_reduce_s.at({2, 8192}), b.all_reduce_s.at({2, 8u << 20}));
-  EXPECT_LT(b.transfer_s.at(8192), b.transfer_s.at(8u << 20));
+  for (bool one_shot : {false, true}) {
+    s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
+    if (one_shot != s.one_shot()) continue;
+    const Blocks b = calibrate(rig.ctx, s, n);
+    ASSERT_EQ(b.all_reduce_s.size(), 2u) << "one-shot " << one_shot;
+    ASSERT_EQ(b.transfer_s.size(), 3u);
+    // More bytes take longer, both ways of moving them.
+    EXPECT_LT(b.all_reduce_s.at({2, 8192}), b.all_reduce_s.at({2, 8u << 20}));
+    EXPECT_LT(b.transfer_s.at(8192), b.transfer_s.at(8u << 20));
+  }
 }
 
 namespace {

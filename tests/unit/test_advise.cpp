@@ -78,6 +78,9 @@ TEST(AdviseSettings, Defaults) {
   EXPECT_EQ(s.elem_bytes, 2);     // bf16
   EXPECT_EQ(s.top, 3);
   EXPECT_EQ(s.timeout_s, 600);
+  EXPECT_EQ(s.small_collectives, "auto");
+  EXPECT_EQ(s.small_all_reduces, "");  // decided on the GPUs
+  EXPECT_FALSE(s.to_json().contains("small_all_reduces"));
   const Settings q = resolve_settings(Options{}, true);
   EXPECT_EQ(q.prompt, 512);
   EXPECT_EQ(q.output_len, 32);
@@ -128,6 +131,8 @@ TEST(AdviseSettings, BadValuesNameTheirOption) {
   EXPECT_TRUE(names_option(error([](Options& o) { o.top = 17; }), "--top"));
   EXPECT_TRUE(names_option(error([](Options& o) { o.timeout = 0; }), "--timeout"));
   EXPECT_TRUE(names_option(error([](Options& o) { o.timeout = -5; }), "--timeout"));
+  EXPECT_TRUE(
+      names_option(error([](Options& o) { o.small_collectives = "nvls"; }), "--small-collectives"));
 }
 
 // Ordered by tp, then pp; dp fills the rest.
@@ -491,6 +496,17 @@ TEST(AdviseFrom, BlocksRoundTripThroughAReport) {
   other.model = model::load_preset("llama-2-13b");
   EXPECT_TRUE(contains(input_error_of([&] { (void)blocks_from_run(dir.string(), other); }),
                        "model"));
+  // Its all-reduces were NCCL's: a run whose small ones take the one-shot kernel cannot use
+  // them; blocks without all-reduces (one GPU) serve either.
+  other = s;
+  other.small_all_reduces = "one-shot";
+  EXPECT_TRUE(contains(input_error_of([&] { (void)blocks_from_run(dir.string(), other); }),
+                       "small all-reduces over nccl, this run one-shot"));
+  Blocks one_gpu = b;
+  one_gpu.all_reduce_s.clear();
+  r.extra["blocks"] = one_gpu.to_json();
+  write_report_files(dir, r);
+  EXPECT_EQ(blocks_from_run(dir.string(), other).to_json(), one_gpu.to_json());
   r.module = "tp";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);

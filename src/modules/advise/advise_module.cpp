@@ -134,6 +134,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                    "Seconds without progress before gpubench ends a stuck run with the report of "
                    "what finished (exit 1)")
         ->capture_default_str();
+    app.add_option("--small-collectives", opts_.small_collectives,
+                   "Tensor-parallel all-reduces of up to 256 KiB (decode's), timed and run: "
+                   "one-shot (one kernel pushing each rank's data to its peers over NVLink), "
+                   "nccl, or auto (one-shot where the GPUs have peer access, else nccl)")
+        ->capture_default_str();
   }
 
   // A run given to --from is read before anything runs: one that is not an advise run with
@@ -151,7 +156,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   }
 
   Report run(Context& ctx) override {
-    const Settings s = resolve_settings(opts_, ctx.quick());
+    Settings s = resolve_settings(opts_, ctx.quick());
+    s.small_all_reduces = one_shot_usable(s, ctx.gpus()) ? "one-shot" : "nccl";
     rooflines(ctx, s);
     // A run that does not match is bad input: read before anything is measured.
     const std::optional<Blocks> earlier =
@@ -161,6 +167,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     report.module = name();
     report.config = s.to_json();
     for (const auto& n : s.notes) report.warn(n);
+    if (s.small_collectives == "one-shot" && !s.one_shot() && ctx.gpus().size() > 1)
+      report.warn(
+          "--small-collectives one-shot: these GPUs lack peer access between some pair; the "
+          "small all-reduces run over NCCL");
     const int gpus = static_cast<int>(ctx.gpus().size());
     GpuRoom room;
     room.cc_major = compute_capability_major(ctx.gpus().front());

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
+#include "gpubench/core/peers.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 #include "gpubench/parallel/collectives.hpp"
@@ -124,15 +126,16 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
 
 enum class Nccl { AllReduce, ReduceScatter, AllGather, Send };
 
-// One collective over `bytes` of the whole buffer, in place (rank r's chunk at r x bytes / ranks).
+// One collective over `bytes` of the whole buffer, in place (rank r's chunk at r x bytes / ranks);
+// all-reduces through `engines`, the collectives a generation's engine is given.
 void collective(Nccl kind, void* buf, std::uint64_t bytes, ncclDataType_t type, int rank, int ranks,
-                ncclComm_t comm, cudaStream_t st) {
+                ncclComm_t comm, model::TpCollectives& engines, ActDtype dtype, cudaStream_t st) {
   char* base = static_cast<char*>(buf);
   const std::size_t elems = bytes / 2, chunk = elems / static_cast<std::size_t>(ranks);
   char* mine = base + static_cast<std::size_t>(rank) * chunk * 2;
   switch (kind) {
     case Nccl::AllReduce:
-      GPB_NCCL_CHECK(ncclAllReduce(buf, buf, elems, type, ncclSum, comm, st));
+      engines.all_reduce(buf, static_cast<std::int64_t>(elems), dtype, st);
       break;
     case Nccl::ReduceScatter:
       GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm, st));
@@ -145,8 +148,9 @@ void collective(Nccl kind, void* buf, std::uint64_t bytes, ncclDataType_t type, 
   }
 }
 
-// NCCL on the first `ranks` GPUs: each size's collective (in place, kGraphRepeats in a graph),
-// or (ranks 2, Send) rank 0's send to rank 1.
+// Collectives on the first `ranks` GPUs: each size's (in place, kGraphRepeats in a graph;
+// all-reduces as a generation's engine makes them, small ones through the one-shot kernel where
+// s.one_shot()), or (ranks 2, Send) rank 0's NCCL send to rank 1.
 std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int ranks,
                                           const std::vector<std::uint64_t>& sizes, Nccl kind) {
   const bool sends = kind == Nccl::Send;
@@ -155,11 +159,20 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
   if (!group) return out;
   const MeasureOptions mo = model::engine_step_options(ctx.common());
   const ncclDataType_t type = s.dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+  const std::unique_ptr<parallel::OneShotGroup> shots =
+      kind == Nccl::AllReduce && s.one_shot()
+          ? std::make_unique<parallel::OneShotGroup>(group->devices(),
+                                                     parallel::OneShotCollectives::kMaxBytes)
+          : nullptr;
   group->run([&](Rank& self) {
     ncclUniqueId id{};
     if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
     group->broadcast(self.rank, &id, sizeof id);
     NcclComm comm(id, ranks, self.rank);
+    parallel::NcclCollectives nccl(comm.get());
+    std::optional<parallel::OneShotCollectives> shot;
+    if (shots) shot.emplace(*shots, self.rank, nccl);
+    model::TpCollectives& engines = shot ? static_cast<model::TpCollectives&>(*shot) : nccl;
     const std::uint64_t largest = std::max<std::uint64_t>(
         sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()), 4);
     DeviceBuffer buf(self.device, largest);
@@ -177,17 +190,27 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
         m = group->measure(self, move, mo);
       } else {
         // Once eagerly first: NCCL sets up its connections outside the capture.
-        collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), st);
+        collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), engines, s.dtype,
+                   st);
         GPB_CUDA_CHECK(cudaStreamSynchronize(st));
         CudaGraph graph;
         graph.capture(st, [&](cudaStream_t s2) {
           for (int i = 0; i < kGraphRepeats; ++i)
-            collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), s2);
+            collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), engines, s.dtype,
+                       s2);
         });
         m = group->measure(
             self, [&](cudaStream_t s2, int) { graph.launch(s2); }, mo);
       }
       if (self.rank == 0) out[bytes] = m.median_s() / (sends ? 1 : kGraphRepeats);
+    }
+    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    // A one-shot wait that gave up timed nothing worth keeping: no block, its plans dropped.
+    if (group->any(self.rank, shots && shots->timed_out(self.rank))) {
+      if (self.rank == 0) {
+        spdlog::warn("advise: a one-shot all-reduce waited for a peer past the time limit");
+        out.clear();
+      }
     }
     group->barrier();
   });
@@ -195,6 +218,10 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
 }
 
 }  // namespace
+
+bool one_shot_usable(const Settings& s, const std::vector<int>& gpus) {
+  return s.small_collectives != "nccl" && gpus.size() > 1 && PeerAccess(gpus).all();
+}
 
 Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
   Blocks blocks;

@@ -80,10 +80,27 @@ std::vector<double> whole_stream_logits(const Settings& s, const Plan& p, const 
                                static_cast<std::size_t>(p.micro) * s.model.vocab_size, s.dtype);
 }
 
+// One one-shot group a tensor-parallel group of plan p on `group` (rank r's is r / tp), where
+// s.one_shot(); empty otherwise: the engines' all-reduces go over NCCL alone.
+using ShotGroups = std::vector<std::unique_ptr<parallel::OneShotGroup>>;
+ShotGroups shot_groups(const Settings& s, const Plan& p, const RankGroup& group) {
+  ShotGroups out;
+  const int t = p.layout.tp;
+  if (!s.one_shot() || t < 2) return out;
+  const std::vector<int>& devices = group.devices();
+  for (std::size_t first = 0; first + static_cast<std::size_t>(t) <= devices.size(); first += t)
+    out.push_back(std::make_unique<parallel::OneShotGroup>(
+        std::vector<int>(devices.begin() + static_cast<std::ptrdiff_t>(first),
+                         devices.begin() + static_cast<std::ptrdiff_t>(first + t)),
+        parallel::OneShotCollectives::kMaxBytes));
+  return out;
+}
+
 // One rank's part of the generation.
 class RankRun {
  public:
-  RankRun(const Settings& s, const Plan& p, Rank& self, RankGroup& group, const Tokens& t)
+  RankRun(const Settings& s, const Plan& p, Rank& self, RankGroup& group, const Tokens& t,
+          const ShotGroups& shots)
       : s_(s),
         p_(p),
         self_(self),
@@ -99,8 +116,12 @@ class RankRun {
         hidden_sent_(self.device, false),
         computed_(self.device, false) {
     if (p.layout.tp > 1) {
-      collectives_ = std::make_unique<parallel::NcclCollectives>(comms_.tp.get());
-      engine_.set_collectives(collectives_.get());
+      nccl_ = std::make_unique<parallel::NcclCollectives>(comms_.tp.get());
+      if (!shots.empty())
+        shot_ = std::make_unique<parallel::OneShotCollectives>(
+            *shots.at(static_cast<std::size_t>(self.rank / p.layout.tp)), at_.trank, *nccl_);
+      engine_.set_collectives(shot_ ? static_cast<model::TpCollectives*>(shot_.get())
+                                    : nccl_.get());
     }
     const auto upload = [&](const std::vector<std::int32_t>& v) {
       DeviceBuffer b(self.device, std::max<std::size_t>(v.size(), 1) * sizeof(std::int32_t));
@@ -224,7 +245,8 @@ class RankRun {
   parallel::Place at_;
   bool first_, last_;
   parallel::LayoutComms comms_;
-  std::unique_ptr<parallel::NcclCollectives> collectives_;
+  std::unique_ptr<parallel::NcclCollectives> nccl_;
+  std::unique_ptr<parallel::OneShotCollectives> shot_;  // small all-reduces, the rest to nccl_
   model::Transformer engine_;
   Stream side_;
   Event start_, ttft_, end_, hidden_sent_, computed_;
@@ -282,7 +304,7 @@ void settle_check(Measured& out) {
 // reference (`shared`, read by the checking rank). Returns (cut layers, relative error on the
 // checking rank, 0 elsewhere); (0, 0) when no cut fits.
 std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const Tokens& t, Rank& self,
-                                      RankGroup& group, std::size_t ws,
+                                      RankGroup& group, const ShotGroups& shots, std::size_t ws,
                                       std::vector<double>& shared) {
   int cut = 0;
   if (self.rank == 0) {
@@ -302,7 +324,7 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
                                             p.layout.pp, 0, 0);
   if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
   group.barrier();
-  RankRun run(c, q, self, group, t);
+  RankRun run(c, q, self, group, t, shots);
   group.barrier();
   (void)run.generate(true);
   const double error = run.checks() ? model::relative_l2(run.saved(), shared) : 0.0;
@@ -319,6 +341,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
   const Tokens tokens = token_ids(s, p);
   const int reps = ctx.quick() ? 1 : 3;
   std::vector<double> cut_reference;  // rank 0's, read by the checking rank
+  const ShotGroups shots = shot_groups(s, p, group);
   group.run([&](Rank& self) {
     cudaStream_t st = self.stream->get();
     const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
@@ -343,7 +366,8 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       refs[key] = {whole_stream_logits(s, p, tokens, self.device, st),
                    "a prefill of the whole stream on one GPU"};
     if (too_big) {
-      const auto [cut, cut_error] = check_cut_down(s, p, tokens, self, group, ws, cut_reference);
+      const auto [cut, cut_error] =
+          check_cut_down(s, p, tokens, self, group, shots, ws, cut_reference);
       const auto cut_errors = group.all_gather(self.rank, cut_error);
       if (self.rank == 0) {
         out.cut_layers = cut;
@@ -351,7 +375,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       }
     }
     group.barrier();
-    RankRun run(s, p, self, group, tokens);
+    RankRun run(s, p, self, group, tokens, shots);
     group.barrier();
     (void)run.generate(true);
     double error = 0;
@@ -376,11 +400,22 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       wholes.push_back(*std::max_element(w.begin(), w.end()));
     }
     const auto memory = group.all_gather(self.rank, static_cast<double>(run.memory()));
+    // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums and times that say
+    // nothing behind.
+    const bool gave_up =
+        !shots.empty() && shots[static_cast<std::size_t>(self.rank / p.layout.tp)]->timed_out(
+                              self.rank % p.layout.tp);
+    const bool any_gave_up = group.any(self.rank, gave_up);
     if (self.rank != 0) return;
     out.check_error = *std::max_element(errors.begin(), errors.end());
     out.memory_per_gpu =
         static_cast<std::uint64_t>(*std::max_element(memory.begin(), memory.end()));
     settle_check(out);
+    if (any_gave_up) {
+      out.status = "failed";
+      out.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
+      return;
+    }
     if (wholes.empty()) {
       out.status = "skipped";
       out.note = "stopped before it was timed";

@@ -104,26 +104,34 @@ Settings resolve_settings(const Options& o, bool quick) {
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));
   s.timeout_s = o.timeout;
+  s.small_collectives = trim(o.small_collectives);
+  if (s.small_collectives != "auto" && s.small_collectives != "nccl" &&
+      s.small_collectives != "one-shot")
+    throw InputError(fmt::format("--small-collectives: '{}' is not auto, nccl or one-shot",
+                                 o.small_collectives));
   return s;
 }
 
 nlohmann::ordered_json Settings::to_json() const {
   std::vector<std::string> w;
   for (Workload k : workloads) w.push_back(to_string(k));
-  return {{"model", model.to_json()},
-          {"layers", layers},
-          {"workloads", w},
-          {"prompt", prompt},
-          {"output_len", output_len},
-          {"batch_sizes", batch_sizes},
-          {"train_batch", train_batch},
-          {"seq_len", seq_len},
-          {"bucket_bytes", bucket_bytes},
-          {"memory_bytes", memory_bytes},
-          {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
-          {"top", top},
-          {"from", from},
-          {"timeout_s", timeout_s}};
+  nlohmann::ordered_json out{{"model", model.to_json()},
+                             {"layers", layers},
+                             {"workloads", w},
+                             {"prompt", prompt},
+                             {"output_len", output_len},
+                             {"batch_sizes", batch_sizes},
+                             {"train_batch", train_batch},
+                             {"seq_len", seq_len},
+                             {"bucket_bytes", bucket_bytes},
+                             {"memory_bytes", memory_bytes},
+                             {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
+                             {"top", top},
+                             {"from", from},
+                             {"timeout_s", timeout_s},
+                             {"small_collectives", small_collectives}};
+  if (!small_all_reduces.empty()) out["small_all_reduces"] = small_all_reduces;
+  return out;
 }
 
 Blocks blocks_from_run(const std::string& path, const Settings& s) {
@@ -138,6 +146,14 @@ Blocks blocks_from_run(const std::string& path, const Settings& s) {
         throw InputError(fmt::format("--from: {} ran {} {}, this run {}", path, key,
                                      r.config.value(key, nlohmann::ordered_json()).dump(),
                                      mine[key].dump()));
+    // The small all-reduces' path matters where the blocks hold tensor-parallel all-reduces
+    // (runs made before the option took NCCL's).
+    const std::string path_then = r.config.value("small_all_reduces", "nccl");
+    const std::string path_now = s.one_shot() ? "one-shot" : "nccl";
+    const auto blocks = r.extra.value("blocks", nlohmann::ordered_json::object());
+    if (path_then != path_now && blocks.contains("all_reduce") && !blocks["all_reduce"].empty())
+      throw InputError(fmt::format("--from: {} ran its small all-reduces over {}, this run {}",
+                                   path, path_then, path_now));
     const auto model = r.config.value("model", nlohmann::ordered_json::object());
     if (model.value("name", "") != s.model.name || model != mine["model"])
       throw InputError(fmt::format("--from: {} ran model {}, this run {}", path,

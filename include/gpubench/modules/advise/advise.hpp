@@ -9,7 +9,8 @@
 // What a layout runs (the prediction and the runs share it): each of the dp replicas serves its
 // own share of the sequences (latency: one sequence each); a replica's sequences go through its
 // pp stages in m microbatches (the largest divisor of its sequences that is at most pp), each
-// stage's layers split over its tp ranks (Megatron, NCCL all-reduces). Prefill runs the prompts'
+// stage's layers split over its tp ranks (Megatron; all-reduces of up to 256 KiB through the
+// one-shot kernel where the GPUs allow, as tp runs them, the others over NCCL). Prefill runs the prompts'
 // microbatches through the stages one after the other; then every step a microbatch's next
 // tokens go through the stages, and the last stage hands the step's next tokens back to the
 // first on a ring of their own, so a microbatch's step starts only when its previous one ended.
@@ -67,6 +68,7 @@ struct Options {
                            // unset: 3 (quick 1)
   std::string from;      // an earlier advise run whose building blocks are used
   double timeout = 600;  // seconds without progress before a stuck run ends
+  std::string small_collectives = "auto";  // tensor-parallel all-reduces of up to 256 KiB
 };
 
 struct Settings {
@@ -84,6 +86,13 @@ struct Settings {
   int top = 3;
   std::string from;  // "" or the run (folder or report) whose blocks replace the calibration
   double timeout_s = 600;
+  // Tensor-parallel all-reduces of up to parallel::OneShotCollectives::kMaxBytes (decode's), as
+  // asked: "auto" or "one-shot" (through the one-shot kernel where the GPUs allow) or "nccl";
+  // and what the calibration and the runs take, decided on the GPUs before anything is measured
+  // (one_shot_usable): "one-shot" or "nccl" ("" until then, which runs NCCL's).
+  std::string small_collectives = "auto";
+  std::string small_all_reduces;
+  bool one_shot() const { return small_all_reduces == "one-shot"; }
   std::vector<std::string> notes;  // what the defaults changed, for the report's warnings
   model::TrainShape train_shape() const { return {model, seq_len, dtype}; }
   nlohmann::ordered_json to_json() const;
@@ -92,8 +101,14 @@ struct Settings {
 // Applies the mode's defaults and checks every value; throws InputError("--option: why") with
 // one line: an unknown workload, a prompt < 1 or an output length < 2, either past 1 << 20, batch
 // sizes or --train-batch outside 1..4096, --seq-len outside 1..1 << 20, --memory < 0, --top
-// outside 0..16, --timeout <= 0.
+// outside 0..16, --timeout <= 0, --small-collectives other than auto, nccl or one-shot.
 Settings resolve_settings(const Options& o, bool quick);
+
+// Whether the small all-reduces go through the one-shot kernel on `gpus` (threads of one
+// process; calibrate.cpp): asked for (auto or one-shot), 2 or more GPUs, peer access between
+// every pair. A tensor-parallel group is a subset of them; one of more than kOneShotMaxRanks
+// ranks runs over NCCL (parallel::OneShotGroup), in the calibration as in the runs.
+bool one_shot_usable(const Settings& s, const std::vector<int>& gpus);
 
 // ---------------------------------------------------------------------------------------------
 // Plans: what a layout runs for a workload and batch, and what it holds (plan.cpp)
