@@ -1,7 +1,8 @@
-// advise on the GPUs: the building blocks measured (a tensor-parallel shard's parts on one GPU),
-// a generation end to end checked against a prefill of its whole stream, a wrong reference
-// caught, on 2 or more GPUs every layout of 2 GPUs generating the same logits; training's blocks
-// and a training layout run by `dp` and checked there.
+// advise on the GPUs: the building blocks measured (a tensor-parallel shard's parts on one GPU,
+// its prefill overlapped in chunks too), a generation end to end checked against a prefill of its
+// whole stream, a wrong reference caught, on 2 or more GPUs every layout of 2 GPUs (tp=2's also
+// overlapped, decode's sums over NCCL and the one-shot kernel) generating the same logits;
+// training's blocks and a training layout run by `dp` and checked there.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -42,8 +43,14 @@ TEST(AdviseGpu, CalibratesAShardOnOneGpu) {
   Rig rig(1);
   const Settings s = small();
   Needs n;
-  n.compute = {{1, 1}, {1, 2}, {2, 1}};
+  n.compute = {{1, 1}, {1, 2}, {2, 1}, {2, 4}};
+  n.overlap_compute = {{2, 1}, {2, 4}};  // a prompt in slices; whole sequences
   const Blocks b = calibrate(rig.ctx, s, n);
+  for (const auto& key : n.overlap_compute) {
+    ASSERT_TRUE(b.prefill_overlap.count(key));
+    EXPECT_GT(b.prefill_overlap.at(key).layer, 0);
+  }
+  EXPECT_EQ(b.prefill_overlap.size(), 2u);  // only where asked
   for (const auto& key : n.compute) {
     ASSERT_TRUE(b.prefill.count(key) && b.decode_first.count(key) && b.decode_last.count(key));
     EXPECT_GT(b.prefill.at(key).layer, 0);
@@ -134,12 +141,20 @@ TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
   for (bool one_shot : {false, true}) {
     s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
     if (one_shot != s.one_shot()) continue;
+    std::vector<Plan> plans;
     for (const Layout& l : parallel::every_layout(2, s.model)) {
-      const Plan p = plan_of(s, l, Workload::Throughput, 4);
+      plans.push_back(plan_of(s, l, Workload::Throughput, 4));
+      if (l.tp > 1)  // its prefill overlapped, 4 sequences in 4 chunks; one prompt in 4 slices
+        for (auto [w, batch] : {std::pair{Workload::Throughput, 4}, {Workload::Latency, 1}})
+          plans.push_back(
+              make_plan(s, l, w, batch, parts_by_bytes(s), compute_capability_major(0), 0, true));
+    }
+    for (const Plan& p : plans) {
       ASSERT_TRUE(p.why_not.empty()) << p.why_not;
       const Measured m = run_generation(rig.ctx, s, p, group, refs);
-      EXPECT_EQ(m.status, "ok") << l.name() << " one-shot " << one_shot << ": " << m.note;
-      EXPECT_LT(m.check_error, 0.1) << l.name() << " one-shot " << one_shot;
+      EXPECT_EQ(m.status, "ok") << p.name() << " one-shot " << one_shot << ": " << m.note;
+      EXPECT_LT(m.check_error, 0.1) << p.name() << " one-shot " << one_shot;
+      EXPECT_FALSE(m.checked_by.empty()) << p.name();
     }
   }
 }
@@ -150,6 +165,7 @@ TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
   Settings s = small();
   Needs n;
   n.all_reduces = {{2, 8192}, {2, 8u << 20}};
+  n.copy_all_reduces = {{2, 8192}, {2, 8u << 20}};  // the small one through the fallback
   n.transfers = {4, 8192, 8u << 20};
   for (bool one_shot : {false, true}) {
     s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
@@ -157,8 +173,10 @@ TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
     const Blocks b = calibrate(rig.ctx, s, n);
     ASSERT_EQ(b.all_reduce_s.size(), 2u) << "one-shot " << one_shot;
     ASSERT_EQ(b.transfer_s.size(), 3u);
-    // More bytes take longer, both ways of moving them.
+    ASSERT_EQ(b.copy_all_reduce_s.size(), 2u);
+    // More bytes take longer, every way of moving them.
     EXPECT_LT(b.all_reduce_s.at({2, 8192}), b.all_reduce_s.at({2, 8u << 20}));
+    EXPECT_LT(b.copy_all_reduce_s.at({2, 8192}), b.copy_all_reduce_s.at({2, 8u << 20}));
     EXPECT_LT(b.transfer_s.at(8192), b.transfer_s.at(8u << 20));
   }
 }

@@ -12,6 +12,7 @@
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/peaks.hpp"
+#include "gpubench/core/peers.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/result.hpp"
 #include "gpubench/core/runs.hpp"
@@ -62,6 +63,7 @@ bool better(Workload w, const Prediction& a, const Prediction& b) {
 struct GpuRoom {
   int cc_major = 0;
   std::uint64_t bytes = 0;
+  bool copy_engines = false;  // peer access between every pair: overlapped prefill can run
   TrainFootprint train;  // a training replica's, when training is advised
 };
 
@@ -175,6 +177,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     GpuRoom room;
     room.cc_major = compute_capability_major(ctx.gpus().front());
     room.bytes = gpu_bytes(s, ctx.gpus());
+    room.copy_engines = gpus > 1 && PeerAccess(ctx.gpus()).all();
     if (std::find(s.workloads.begin(), s.workloads.end(), Workload::Train) != s.workloads.end())
       room.train = train_footprint(s, ctx.gpus().front());
     std::vector<Question> questions = plan_all(s, gpus, room);
@@ -231,8 +234,12 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         Question q;
         q.workload = w;
         q.batch = batch;
-        for (const Layout& l : layouts)
+        for (const Layout& l : layouts) {
           q.consider(make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes));
+          if (l.tp > 1 && room.copy_engines)
+            q.consider(
+                make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes, true));
+        }
         out.push_back(q);
       }
     }
@@ -260,11 +267,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       std::vector<Candidate> kept;
       for (Candidate& c : q.candidates) {
         // Training plans balance nothing: they are as planned.
-        const Plan p =
-            q.workload == Workload::Train
-                ? c.plan
-                : make_plan(s, c.plan.layout, q.workload, q.batch,
-                            balance_parts(s, blocks, c.plan.layout.tp), room.cc_major, room.bytes);
+        const Plan p = q.workload == Workload::Train
+                           ? c.plan
+                           : make_plan(s, c.plan.layout, q.workload, q.batch,
+                                       balance_parts(s, blocks, c.plan.layout.tp), room.cc_major,
+                                       room.bytes, c.plan.overlap);
         try {
           if (!p.why_not.empty()) throw InputError(p.why_not);
           c.plan = p;
@@ -326,11 +333,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       if (!c.measured || c.measured->status != "unchecked") continue;
       for (const Candidate& o : q.candidates)
         if (o.measured && o.measured->status == "ok" && o.plan.micro == c.plan.micro &&
-            o.measured->checked_by == fmt::format("layout {}", c.plan.layout.name())) {
+            o.measured->checked_by == fmt::format("layout {}", c.plan.name())) {
           c.measured->status = "ok";
-          c.measured->checked_by = fmt::format("layout {}", o.plan.layout.name());
-          c.measured->note = fmt::format("agrees with {} (relative error {:.3g})",
-                                         o.plan.layout.name(), o.measured->check_error);
+          c.measured->checked_by = fmt::format("layout {}", o.plan.name());
+          c.measured->note = fmt::format("agrees with {} (relative error {:.3g})", o.plan.name(),
+                                         o.measured->check_error);
           break;
         }
     }
@@ -397,6 +404,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
                 {"dp", c.plan.layout.dp},
                 {"tp", c.plan.layout.tp},
                 {"pp", c.plan.layout.pp},
+                {"overlap_chunks", c.plan.overlap ? kOverlapChunks : 1},
                 {"microbatches", c.plan.m},
                 {"stage_layers", c.plan.stage_layers}};
     const Prediction& p = c.predicted;

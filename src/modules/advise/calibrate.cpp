@@ -29,6 +29,7 @@ constexpr int kGraphRepeats = 16;
 // prefill (prefill_as_generated).
 struct StepTimes {
   double prefill = 0, decode_first = 0, decode_last = 0;
+  double prefill_overlap = 0;  // in kOverlapChunks chunks, where asked
 };
 
 // A prefill as a generation meets it: after decode steps (about 50 ms of them), and as long as
@@ -56,9 +57,12 @@ double prefill_as_generated(Context& ctx, model::Transformer& engine, const Cuda
   return times[times.size() / 2];
 }
 
+// The engine of `layers` (with the head or not) at degree t, timed at each microbatch size; the
+// sizes in `overlapped` also with their prefill in kOverlapChunks chunks.
 std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, int t, int layers,
                                               bool head, const std::vector<std::int64_t>& micros,
-                                              int gpu, cudaStream_t st) {
+                                              const std::vector<std::int64_t>& overlapped, int gpu,
+                                              cudaStream_t st) {
   model::EngineOptions eo;
   eo.dtype = s.dtype;
   eo.max_batch = static_cast<int>(micros.back());
@@ -67,7 +71,9 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
   eo.tp_size = t;
   eo.layers = layers;
   eo.head = head;
+  eo.overlap_chunks = overlapped.empty() ? 1 : kOverlapChunks;
   model::Transformer engine(s.model, eo, gpu);
+  engine.set_overlap_chunks(1);
   parallel::SkippedCollectives none;
   engine.set_collectives(&none);
   const MeasureOptions mo = model::engine_step_options(ctx.common());
@@ -91,6 +97,12 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
     }
     const int chain = std::max(1, (s.layers + layers / 2) / layers);
     o.prefill = prefill_as_generated(ctx, engine, first, o.decode_first, chain, ids, b, n, gpu, st);
+    if (std::find(overlapped.begin(), overlapped.end(), micro) != overlapped.end()) {
+      engine.set_overlap_chunks(kOverlapChunks);
+      o.prefill_overlap =
+          prefill_as_generated(ctx, engine, first, o.decode_first, chain, ids, b, n, gpu, st);
+      engine.set_overlap_chunks(1);
+    }
   }
   return out;
 }
@@ -100,16 +112,16 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
 // the first has beyond a layers (a layer from the first two's difference), a layer the rest of
 // the second's step over its b layers.
 void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std::int64_t>& micros,
-                   Blocks& blocks) {
+                   const std::vector<std::int64_t>& overlapped, Blocks& blocks) {
   const int gpu = ctx.gpus().front();
   DeviceGuard guard(gpu);
   Stream stream(gpu);
   const auto [a, b] = calibration_layers(s.model.num_layers);
   std::map<std::int64_t, StepTimes> small, big, headless;
   try {
-    small = time_engine(ctx, s, t, a, true, micros, gpu, stream.get());
-    big = a == b ? small : time_engine(ctx, s, t, b, true, micros, gpu, stream.get());
-    headless = time_engine(ctx, s, t, a, false, micros, gpu, stream.get());
+    small = time_engine(ctx, s, t, a, true, micros, overlapped, gpu, stream.get());
+    big = a == b ? small : time_engine(ctx, s, t, b, true, micros, overlapped, gpu, stream.get());
+    headless = time_engine(ctx, s, t, a, false, micros, overlapped, gpu, stream.get());
   } catch (const OutOfMemoryError& e) {
     spdlog::warn("advise: tp={} shard engines do not fit one GPU: {}", t, e.what());
     return;
@@ -121,49 +133,65 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
     blocks.prefill[{t, micro}] = parts(&StepTimes::prefill, micro);
     blocks.decode_first[{t, micro}] = parts(&StepTimes::decode_first, micro);
     blocks.decode_last[{t, micro}] = parts(&StepTimes::decode_last, micro);
+    if (std::find(overlapped.begin(), overlapped.end(), micro) != overlapped.end())
+      blocks.prefill_overlap[{t, micro}] = parts(&StepTimes::prefill_overlap, micro);
   }
 }
 
-enum class Nccl { AllReduce, ReduceScatter, AllGather, Send };
+// What is timed: an all-reduce as a decode graph makes it (small ones through the one-shot
+// kernel where s.one_shot()), one through the copy engines as an overlapped prefill makes it
+// (eager, each chunk's; small ones to the former), NCCL's reduce-scatter and all-gather, a send.
+enum class Op { AllReduce, CopyAllReduce, ReduceScatter, AllGather, Send };
 
 // One collective over `bytes` of the whole buffer, in place (rank r's chunk at r x bytes / ranks);
 // all-reduces through `engines`, the collectives a generation's engine is given.
-void collective(Nccl kind, void* buf, std::uint64_t bytes, ncclDataType_t type, int rank, int ranks,
+void collective(Op kind, void* buf, std::uint64_t bytes, ncclDataType_t type, int rank, int ranks,
                 ncclComm_t comm, model::TpCollectives& engines, ActDtype dtype, cudaStream_t st) {
   char* base = static_cast<char*>(buf);
   const std::size_t elems = bytes / 2, chunk = elems / static_cast<std::size_t>(ranks);
   char* mine = base + static_cast<std::size_t>(rank) * chunk * 2;
   switch (kind) {
-    case Nccl::AllReduce:
+    case Op::AllReduce:
+    case Op::CopyAllReduce:
       engines.all_reduce(buf, static_cast<std::int64_t>(elems), dtype, st);
       break;
-    case Nccl::ReduceScatter:
+    case Op::ReduceScatter:
       GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm, st));
       break;
-    case Nccl::AllGather:
+    case Op::AllGather:
       GPB_NCCL_CHECK(ncclAllGather(mine, buf, chunk, type, comm, st));
       break;
-    case Nccl::Send:
+    case Op::Send:
       break;
   }
 }
 
-// Collectives on the first `ranks` GPUs: each size's (in place, kGraphRepeats in a graph;
-// all-reduces as a generation's engine makes them, small ones through the one-shot kernel where
-// s.one_shot()), or (ranks 2, Send) rank 0's NCCL send to rank 1.
-std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int ranks,
-                                          const std::vector<std::uint64_t>& sizes, Nccl kind) {
-  const bool sends = kind == Nccl::Send;
+// Collectives on the first `ranks` GPUs, each size's in place (kGraphRepeats in a graph; copy
+// engines' eagerly), or (ranks 2, Send) rank 0's NCCL send to rank 1. Empty where the copy
+// engines lack peer access.
+std::map<std::uint64_t, double> time_ops(Context& ctx, const Settings& s, int ranks,
+                                         const std::vector<std::uint64_t>& sizes, Op kind) {
+  const bool sends = kind == Op::Send, copy = kind == Op::CopyAllReduce;
   std::map<std::uint64_t, double> out;
   auto group = leading_ranks(ctx, ranks, "--workload");
   if (!group) return out;
   const MeasureOptions mo = model::engine_step_options(ctx.common());
   const ncclDataType_t type = s.dtype == ActDtype::BF16 ? ncclBfloat16 : ncclFloat16;
+  const std::uint64_t largest =
+      std::max<std::uint64_t>(sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()), 4);
   const std::unique_ptr<parallel::OneShotGroup> shots =
-      kind == Nccl::AllReduce && s.one_shot()
+      (kind == Op::AllReduce || copy) && s.one_shot()
           ? std::make_unique<parallel::OneShotGroup>(group->devices(),
                                                      parallel::OneShotCollectives::kMaxBytes)
           : nullptr;
+  const std::unique_ptr<parallel::CopyEngineGroup> copies =
+      copy ? std::make_unique<parallel::CopyEngineGroup>(group->devices(),
+                                                         copy_slot_bytes(largest, ranks))
+           : nullptr;
+  if (copies && !copies->peers_ok()) {
+    spdlog::warn("advise: GPUs without peer access: no all-reduce through the copy engines");
+    return out;
+  }
   group->run([&](Rank& self) {
     ncclUniqueId id{};
     if (self.rank == 0) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -172,9 +200,10 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
     parallel::NcclCollectives nccl(comm.get());
     std::optional<parallel::OneShotCollectives> shot;
     if (shots) shot.emplace(*shots, self.rank, nccl);
-    model::TpCollectives& engines = shot ? static_cast<model::TpCollectives&>(*shot) : nccl;
-    const std::uint64_t largest = std::max<std::uint64_t>(
-        sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()), 4);
+    model::TpCollectives& small = shot ? static_cast<model::TpCollectives&>(*shot) : nccl;
+    std::optional<parallel::CopyEngineCollectives> copied;
+    if (copies) copied.emplace(*copies, self.rank, small);
+    model::TpCollectives& engines = copied ? static_cast<model::TpCollectives&>(*copied) : small;
     DeviceBuffer buf(self.device, largest);
     cudaStream_t st = self.stream->get();
     GPB_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, largest, st));
@@ -188,6 +217,12 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
             GPB_NCCL_CHECK(ncclRecv(buf.get(), bytes, ncclChar, 0, comm.get(), s2));
         };
         m = group->measure(self, move, mo);
+      } else if (copy) {  // copies are not captured (they would go to the fallback)
+        const auto reduce = [&](cudaStream_t s2, int) {
+          collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), engines, s.dtype,
+                     s2);
+        };
+        m = group->measure(self, reduce, mo);
       } else {
         // Once eagerly first: NCCL sets up its connections outside the capture.
         collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), engines, s.dtype,
@@ -202,7 +237,7 @@ std::map<std::uint64_t, double> time_nccl(Context& ctx, const Settings& s, int r
         m = group->measure(
             self, [&](cudaStream_t s2, int) { graph.launch(s2); }, mo);
       }
-      if (self.rank == 0) out[bytes] = m.median_s() / (sends ? 1 : kGraphRepeats);
+      if (self.rank == 0) out[bytes] = m.median_s() / (sends || copy ? 1 : kGraphRepeats);
     }
     GPB_CUDA_CHECK(cudaStreamSynchronize(st));
     // A one-shot wait that gave up timed nothing worth keeping: no block, its plans dropped.
@@ -225,12 +260,13 @@ bool one_shot_usable(const Settings& s, const std::vector<int>& gpus) {
 
 Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
   Blocks blocks;
-  std::map<int, std::vector<std::int64_t>> micros;
+  std::map<int, std::vector<std::int64_t>> micros, overlapped;
   for (const auto& [t, micro] : needs.compute) micros[t].push_back(micro);
+  for (const auto& [t, micro] : needs.overlap_compute) overlapped[t].push_back(micro);
   for (const auto& [t, list] : micros) {
     if (Context::interrupted()) return blocks;
     spdlog::info("advise: compute at tp={} for {} microbatch size(s)", t, list.size());
-    compute_parts(ctx, s, t, list, blocks);
+    compute_parts(ctx, s, t, list, overlapped[t], blocks);
   }
   if (!needs.train.empty() && !Context::interrupted()) {
     spdlog::info("advise: training steps for {} batch size(s)", needs.train.size());
@@ -239,21 +275,23 @@ Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
   using Sizes = std::vector<std::pair<int, std::uint64_t>>;
   using Into = std::map<std::pair<int, std::uint64_t>, double>;
   for (auto [kind, list, into, what] :
-       {std::tuple<Nccl, const Sizes*, Into*, const char*>{Nccl::AllReduce, &needs.all_reduces,
-                                                           &blocks.all_reduce_s, "all-reduces"},
-        {Nccl::ReduceScatter, &needs.reduce_scatters, &blocks.reduce_scatter_s, "reduce-scatters"},
-        {Nccl::AllGather, &needs.all_gathers, &blocks.all_gather_s, "all-gathers"}}) {
+       {std::tuple<Op, const Sizes*, Into*, const char*>{Op::AllReduce, &needs.all_reduces,
+                                                         &blocks.all_reduce_s, "all-reduces"},
+        {Op::CopyAllReduce, &needs.copy_all_reduces, &blocks.copy_all_reduce_s,
+         "all-reduces through the copy engines"},
+        {Op::ReduceScatter, &needs.reduce_scatters, &blocks.reduce_scatter_s, "reduce-scatters"},
+        {Op::AllGather, &needs.all_gathers, &blocks.all_gather_s, "all-gathers"}}) {
     std::map<int, std::vector<std::uint64_t>> by_ranks;
     for (const auto& [t, bytes] : *list) by_ranks[t].push_back(bytes);
     for (const auto& [t, sizes] : by_ranks) {
       if (Context::interrupted()) return blocks;
       spdlog::info("advise: {} on {} GPUs", what, t);
-      for (const auto& [bytes, sec] : time_nccl(ctx, s, t, sizes, kind)) (*into)[{t, bytes}] = sec;
+      for (const auto& [bytes, sec] : time_ops(ctx, s, t, sizes, kind)) (*into)[{t, bytes}] = sec;
     }
   }
   if (!needs.transfers.empty() && !Context::interrupted()) {
     spdlog::info("advise: stage-to-stage sends");
-    blocks.transfer_s = time_nccl(ctx, s, 2, needs.transfers, Nccl::Send);
+    blocks.transfer_s = time_ops(ctx, s, 2, needs.transfers, Op::Send);
   }
   return blocks;
 }

@@ -80,19 +80,28 @@ std::vector<double> whole_stream_logits(const Settings& s, const Plan& p, const 
                                static_cast<std::size_t>(p.micro) * s.model.vocab_size, s.dtype);
 }
 
-// One one-shot group a tensor-parallel group of plan p on `group` (rank r's is r / tp), where
-// s.one_shot(); empty otherwise: the engines' all-reduces go over NCCL alone.
-using ShotGroups = std::vector<std::unique_ptr<parallel::OneShotGroup>>;
-ShotGroups shot_groups(const Settings& s, const Plan& p, const RankGroup& group) {
-  ShotGroups out;
+// What the ranks of each tensor-parallel group of plan p share (rank r's group is r / tp): a
+// one-shot group where s.one_shot(), copy engines' staging for an overlapped prefill; empty
+// where the engines' all-reduces go over NCCL alone.
+struct TpGroups {
+  std::vector<std::unique_ptr<parallel::OneShotGroup>> shots;
+  std::vector<std::unique_ptr<parallel::CopyEngineGroup>> copies;
+};
+TpGroups tp_groups(const Settings& s, const Plan& p, const RankGroup& group) {
+  TpGroups out;
   const int t = p.layout.tp;
-  if (!s.one_shot() || t < 2) return out;
+  if (t < 2) return out;
   const std::vector<int>& devices = group.devices();
-  for (std::size_t first = 0; first + static_cast<std::size_t>(t) <= devices.size(); first += t)
-    out.push_back(std::make_unique<parallel::OneShotGroup>(
-        std::vector<int>(devices.begin() + static_cast<std::ptrdiff_t>(first),
-                         devices.begin() + static_cast<std::ptrdiff_t>(first + t)),
-        parallel::OneShotCollectives::kMaxBytes));
+  for (std::size_t first = 0; first + static_cast<std::size_t>(t) <= devices.size(); first += t) {
+    const std::vector<int> mine(devices.begin() + static_cast<std::ptrdiff_t>(first),
+                                devices.begin() + static_cast<std::ptrdiff_t>(first + t));
+    if (s.one_shot())
+      out.shots.push_back(
+          std::make_unique<parallel::OneShotGroup>(mine, parallel::OneShotCollectives::kMaxBytes));
+    if (p.overlap)
+      out.copies.push_back(std::make_unique<parallel::CopyEngineGroup>(
+          mine, copy_slot_bytes(overlap_chunk_bytes(s, p.micro), t)));
+  }
   return out;
 }
 
@@ -100,7 +109,7 @@ ShotGroups shot_groups(const Settings& s, const Plan& p, const RankGroup& group)
 class RankRun {
  public:
   RankRun(const Settings& s, const Plan& p, Rank& self, RankGroup& group, const Tokens& t,
-          const ShotGroups& shots)
+          const TpGroups& tp_share)
       : s_(s),
         p_(p),
         self_(self),
@@ -116,12 +125,20 @@ class RankRun {
         hidden_sent_(self.device, false),
         computed_(self.device, false) {
     if (p.layout.tp > 1) {
+      const auto mine = static_cast<std::size_t>(self.rank / p.layout.tp);
       nccl_ = std::make_unique<parallel::NcclCollectives>(comms_.tp.get());
-      if (!shots.empty())
-        shot_ = std::make_unique<parallel::OneShotCollectives>(
-            *shots.at(static_cast<std::size_t>(self.rank / p.layout.tp)), at_.trank, *nccl_);
-      engine_.set_collectives(shot_ ? static_cast<model::TpCollectives*>(shot_.get())
-                                    : nccl_.get());
+      model::TpCollectives* active = nccl_.get();
+      if (!tp_share.shots.empty()) {
+        shot_ = std::make_unique<parallel::OneShotCollectives>(*tp_share.shots.at(mine), at_.trank,
+                                                               *active);
+        active = shot_.get();
+      }
+      if (!tp_share.copies.empty()) {
+        copied_ = std::make_unique<parallel::CopyEngineCollectives>(*tp_share.copies.at(mine),
+                                                                    at_.trank, *active);
+        active = copied_.get();
+      }
+      engine_.set_collectives(active);
     }
     const auto upload = [&](const std::vector<std::int32_t>& v) {
       DeviceBuffer b(self.device, std::max<std::size_t>(v.size(), 1) * sizeof(std::int32_t));
@@ -247,6 +264,7 @@ class RankRun {
   parallel::LayoutComms comms_;
   std::unique_ptr<parallel::NcclCollectives> nccl_;
   std::unique_ptr<parallel::OneShotCollectives> shot_;  // small all-reduces, the rest to nccl_
+  std::unique_ptr<parallel::CopyEngineCollectives> copied_;  // overlapped prefill's, eager
   model::Transformer engine_;
   Stream side_;
   Event start_, ttft_, end_, hidden_sent_, computed_;
@@ -304,7 +322,7 @@ void settle_check(Measured& out) {
 // reference (`shared`, read by the checking rank). Returns (cut layers, relative error on the
 // checking rank, 0 elsewhere); (0, 0) when no cut fits.
 std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const Tokens& t, Rank& self,
-                                      RankGroup& group, const ShotGroups& shots, std::size_t ws,
+                                      RankGroup& group, const TpGroups& tp_share, std::size_t ws,
                                       std::vector<double>& shared) {
   int cut = 0;
   if (self.rank == 0) {
@@ -324,7 +342,7 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
                                             p.layout.pp, 0, 0);
   if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
   group.barrier();
-  RankRun run(c, q, self, group, t, shots);
+  RankRun run(c, q, self, group, t, tp_share);
   group.barrier();
   (void)run.generate(true);
   const double error = run.checks() ? model::relative_l2(run.saved(), shared) : 0.0;
@@ -341,7 +359,14 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
   const Tokens tokens = token_ids(s, p);
   const int reps = ctx.quick() ? 1 : 3;
   std::vector<double> cut_reference;  // rank 0's, read by the checking rank
-  const ShotGroups shots = shot_groups(s, p, group);
+  const TpGroups tp_share = tp_groups(s, p, group);
+  if (std::any_of(tp_share.copies.begin(), tp_share.copies.end(),
+                  [](const auto& g) { return !g->peers_ok(); })) {
+    out.status = "skipped";
+    out.note =
+        "an overlapped prefill needs peer access between the GPUs of a tensor-parallel group";
+    return out;
+  }
   group.run([&](Rank& self) {
     cudaStream_t st = self.stream->get();
     const std::size_t ws = gemm_workspace_bytes(compute_capability_major(self.device));
@@ -367,7 +392,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
                    "a prefill of the whole stream on one GPU"};
     if (too_big) {
       const auto [cut, cut_error] =
-          check_cut_down(s, p, tokens, self, group, shots, ws, cut_reference);
+          check_cut_down(s, p, tokens, self, group, tp_share, ws, cut_reference);
       const auto cut_errors = group.all_gather(self.rank, cut_error);
       if (self.rank == 0) {
         out.cut_layers = cut;
@@ -375,7 +400,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       }
     }
     group.barrier();
-    RankRun run(s, p, self, group, tokens, shots);
+    RankRun run(s, p, self, group, tokens, tp_share);
     group.barrier();
     (void)run.generate(true);
     double error = 0;
@@ -385,7 +410,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
         error = model::relative_l2(got, it->second.logits);
         out.checked_by = it->second.source;
       } else {
-        refs[key] = {got, fmt::format("layout {}", p.layout.name())};
+        refs[key] = {got, fmt::format("layout {}", p.name())};
       }
     }
     const auto errors = group.all_gather(self.rank, error);
@@ -403,8 +428,9 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums and times that say
     // nothing behind.
     const bool gave_up =
-        !shots.empty() && shots[static_cast<std::size_t>(self.rank / p.layout.tp)]->timed_out(
-                              self.rank % p.layout.tp);
+        !tp_share.shots.empty() &&
+        tp_share.shots[static_cast<std::size_t>(self.rank / p.layout.tp)]->timed_out(self.rank %
+                                                                                     p.layout.tp);
     const bool any_gave_up = group.any(self.rank, gave_up);
     if (self.rank != 0) return;
     out.check_error = *std::max_element(errors.begin(), errors.end());

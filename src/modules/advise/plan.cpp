@@ -32,13 +32,29 @@ model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int s
   eo.layers = p.stage_layers[static_cast<std::size_t>(stage)];
   eo.embed = stage == 0;
   eo.head = stage == p.layout.pp - 1;
+  eo.overlap_chunks = p.overlap ? kOverlapChunks : 1;
   return eo;
 }
 
+bool overlap_applies(const Settings& s, const Layout& l, std::int64_t micro) {
+  return l.tp > 1 &&
+         (micro % kOverlapChunks == 0 || (micro == 1 && s.prompt % kOverlapChunks == 0));
+}
+
+std::size_t copy_slot_bytes(std::uint64_t bytes, int ranks) {
+  return static_cast<std::size_t>(bytes / static_cast<std::uint64_t>(ranks)) + 256;
+}
+
+std::uint64_t overlap_chunk_bytes(const Settings& s, std::int64_t micro) {
+  return static_cast<std::uint64_t>(micro * s.prompt / kOverlapChunks) *
+         static_cast<std::uint64_t>(s.model.hidden_size) * static_cast<std::uint64_t>(s.elem_bytes);
+}
+
 Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batch,
-               const Parts& parts, int cc_major, std::uint64_t gpu_bytes) {
+               const Parts& parts, int cc_major, std::uint64_t gpu_bytes, bool overlap) {
   Plan p;
   p.layout = l;
+  p.overlap = overlap;
   p.workload = w;
   p.batch = w == Workload::Latency ? l.dp : batch;
   if (p.batch % l.dp != 0) {
@@ -48,6 +64,13 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
   p.sequences = p.batch / l.dp;
   p.m = microbatches(p.sequences, l.pp);
   p.micro = p.sequences / p.m;
+  if (overlap && !overlap_applies(s, l, p.micro)) {
+    p.why_not = fmt::format(
+        "an overlapped prefill needs tp > 1 and a microbatch of a multiple of {} sequences, or of "
+        "one whose prompt divides into {} chunks",
+        kOverlapChunks, kOverlapChunks);
+    return p;
+  }
   p.stage_layers = parallel::balance_stages(
       std::vector<double>(static_cast<std::size_t>(s.layers), parts.layer > 0 ? parts.layer : 1.0),
       l.pp, std::max(parts.embed, 0.0), std::max(parts.head, 0.0));
@@ -57,6 +80,10 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
     largest = std::max(
         largest, model::engine_memory(s.model, rank_engine_options(s, p, stage, 0), ws).total());
   p.memory_per_gpu = largest + parallel::kMemoryReserve;
+  // The copy engines' staging: a slot a peer.
+  if (overlap)
+    p.memory_per_gpu += static_cast<std::uint64_t>(l.tp - 1) *
+                        copy_slot_bytes(overlap_chunk_bytes(s, p.micro), l.tp);
   if (gpu_bytes > 0 && p.memory_per_gpu > gpu_bytes)
     p.why_not = fmt::format(
         "does not fit in GPU memory: a GPU needs {} ({} spare included), {} "
@@ -67,7 +94,8 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
 }
 
 std::string Plan::name() const {
-  if (workload != Workload::Train || layout.gpus() == 1) return layout.name();
+  if (workload != Workload::Train || layout.gpus() == 1)
+    return overlap ? layout.name() + " overlap" : layout.name();
   return fmt::format("{} {}", layout.name(), parallel::to_string(strategy));
 }
 

@@ -54,6 +54,15 @@ StageWork stage_work(const Settings& s, const Plan& p) {
   return w;
 }
 
+// An attention half's share of a layer's prefill FLOPs at the plan's microbatch and prompt.
+double overlap_attention_share(const Settings& s, const Plan& p) {
+  const auto forward = [&](int blocks) {
+    return model::stage_work_blocks(s.model, 0, blocks, false, p.micro, s.prompt, s.elem_bytes)
+        .forward_flops;
+  };
+  return forward(1) / forward(2);
+}
+
 // A training plan's bucket in bytes.
 std::uint64_t bucket_bytes(const Settings& s, const TrainBucket& b) {
   return static_cast<std::uint64_t>(b.elems) * s.elem_bytes;
@@ -83,9 +92,14 @@ Needs needs_of(const Settings& s, const Plan& p) {
   if (p.workload == Workload::Train) return train_needs(s, p);
   Needs n;
   n.compute.push_back({p.layout.tp, p.micro});
+  if (p.overlap) {
+    n.overlap_compute.push_back({p.layout.tp, p.micro});
+    n.copy_all_reduces.push_back({p.layout.tp, overlap_chunk_bytes(s, p.micro)});
+  }
   if (p.layout.tp > 1)
     for (bool prefill : {true, false})
-      n.all_reduces.push_back({p.layout.tp, hidden_bytes(s, p, prefill)});
+      if (!prefill || !p.overlap)
+        n.all_reduces.push_back({p.layout.tp, hidden_bytes(s, p, prefill)});
   if (p.layout.pp > 1)
     n.transfers = {hidden_bytes(s, p, true), hidden_bytes(s, p, false),
                    static_cast<std::uint64_t>(p.micro) * kTokenBytes};
@@ -102,6 +116,10 @@ Needs merge(const std::vector<Needs>& all) {
     out.reduce_scatters.insert(out.reduce_scatters.end(), n.reduce_scatters.begin(),
                                n.reduce_scatters.end());
     out.all_gathers.insert(out.all_gathers.end(), n.all_gathers.begin(), n.all_gathers.end());
+    out.overlap_compute.insert(out.overlap_compute.end(), n.overlap_compute.begin(),
+                               n.overlap_compute.end());
+    out.copy_all_reduces.insert(out.copy_all_reduces.end(), n.copy_all_reduces.begin(),
+                                n.copy_all_reduces.end());
     out.adamw = out.adamw || n.adamw;
   }
   const auto unique = [](auto& v) {
@@ -114,7 +132,33 @@ Needs merge(const std::vector<Needs>& all) {
   unique(out.train);
   unique(out.reduce_scatters);
   unique(out.all_gathers);
+  unique(out.overlap_compute);
+  unique(out.copy_all_reduces);
   return out;
+}
+
+double overlapped_prefill_s(int layers, double layer_s, double attention_share, double all_reduce_s,
+                            int chunks) {
+  const double attention = attention_share * layer_s / chunks;
+  const double mlp = (1 - attention_share) * layer_s / chunks;
+  const auto n = static_cast<std::size_t>(std::max(chunks, 1));
+  std::vector<double> attention_summed(n, 0.0), mlp_summed(n, 0.0);
+  double compute = 0, comm = 0;
+  const auto hand_over = [&](double& summed) {
+    comm = std::max(comm, compute) + all_reduce_s;
+    summed = comm;
+  };
+  for (int l = 0; l < layers; ++l) {
+    for (std::size_t c = 0; c < n; ++c) {
+      compute = std::max(compute, mlp_summed[c]) + attention;
+      hand_over(attention_summed[c]);
+    }
+    for (std::size_t c = 0; c < n; ++c) {
+      compute = std::max(compute, attention_summed[c]) + mlp;
+      hand_over(mlp_summed[c]);
+    }
+  }
+  return std::max(compute, comm);
 }
 
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
@@ -122,7 +166,8 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   const Layout& l = p.layout;
   const Blocks::Key key{l.tp, p.micro};
   const std::string at = fmt::format("at tp={}, {} sequences a step", l.tp, p.micro);
-  const Parts& pre = block(b.prefill, key, "prefill " + at);
+  const Parts& pre = p.overlap ? block(b.prefill_overlap, key, "overlapped prefill " + at)
+                               : block(b.prefill, key, "prefill " + at);
   const Parts dec = mean(block(b.decode_first, key, "decode step " + at),
                          block(b.decode_last, key, "decode step " + at));
   const auto all_reduce = [&](bool prefill) {
@@ -134,7 +179,15 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   const auto transfer = [&](std::uint64_t bytes) {
     return l.pp > 1 ? block(b.transfer_s, bytes, fmt::format("transfer of {} bytes", bytes)) : 0.0;
   };
-  const double ar_pre = all_reduce(true), ar_dec = all_reduce(false);
+  // An overlapped prefill's layers (their all-reduces within) instead of L x (layer + 2 sums).
+  const auto overlapped = [&, share = overlap_attention_share(s, p)](double layers) {
+    const std::uint64_t bytes = overlap_chunk_bytes(s, p.micro);
+    const double r =
+        block(b.copy_all_reduce_s, std::make_pair(l.tp, bytes),
+              fmt::format("copy-engine all-reduce of {} bytes on {} GPUs", bytes, l.tp));
+    return overlapped_prefill_s(static_cast<int>(layers), pre.layer, share, r, kOverlapChunks);
+  };
+  const double ar_pre = p.overlap ? 0.0 : all_reduce(true), ar_dec = all_reduce(false);
   const double x_pre = transfer(hidden_bytes(s, p, true));
   const double x_dec = transfer(hidden_bytes(s, p, false));
   const double x_tok = transfer(static_cast<std::uint64_t>(p.micro) * kTokenBytes);
@@ -147,7 +200,8 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
     const double layers = p.stage_layers.at(static_cast<std::size_t>(k));
     const double ends_pre = (k == 0 ? pre.embed : 0) + (k == l.pp - 1 ? pre.head : 0);
     const double ends_dec = (k == 0 ? dec.embed : 0) + (k == l.pp - 1 ? dec.head : 0);
-    const double comm_f = 2 * layers * ar_pre, comm_d = 2 * layers * ar_dec;
+    const double comm_f = p.overlap ? overlapped(layers) - layers * pre.layer : 2 * layers * ar_pre;
+    const double comm_d = 2 * layers * ar_dec;
     const double f = layers * pre.layer + ends_pre + comm_f;
     const double d = layers * dec.layer + ends_dec + comm_d;
     sum_f += f;
@@ -384,6 +438,10 @@ nlohmann::ordered_json Blocks::to_json() const {
                              {"decode_last", parts(decode_last)},
                              {"all_reduce", ar},
                              {"transfer", tr}};
+  if (!prefill_overlap.empty() || !copy_all_reduce_s.empty()) {
+    out["prefill_overlap"] = parts(prefill_overlap);
+    out["copy_all_reduce"] = coll(copy_all_reduce_s);
+  }
   if (adamw_s > 0 || !train_forward.empty()) {
     out["train_forward"] = train(train_forward);
     out["train_backward"] = train(train_backward);
@@ -409,10 +467,15 @@ Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
     return j[key];
   };
   Blocks b;
-  for (const char* phase : {"prefill", "decode_first", "decode_last"}) {
-    auto& into = std::string(phase) == "prefill"        ? b.prefill
-                 : std::string(phase) == "decode_first" ? b.decode_first
-                                                        : b.decode_last;
+  // Overlapped prefill's blocks are absent from runs made before it was advised.
+  const bool overlap = j.is_object() && j.contains("prefill_overlap");
+  for (const char* phase : {"prefill", "decode_first", "decode_last", "prefill_overlap"}) {
+    const std::string name = phase;
+    if (name == "prefill_overlap" && !overlap) continue;
+    auto& into = name == "prefill"        ? b.prefill
+                 : name == "decode_first" ? b.decode_first
+                 : name == "decode_last"  ? b.decode_last
+                                          : b.prefill_overlap;
     for (const auto& e : array(phase)) {
       const Key key{static_cast<int>(number(e, "tp", true)),
                     static_cast<std::int64_t>(number(e, "sequences", true))};
@@ -426,6 +489,11 @@ Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
         number(e, "seconds", true);
   for (const auto& e : array("transfer"))
     b.transfer_s[static_cast<std::uint64_t>(number(e, "bytes", true))] = number(e, "seconds", true);
+  if (overlap)
+    for (const auto& e : array("copy_all_reduce"))
+      b.copy_all_reduce_s[{static_cast<int>(number(e, "ranks", true)),
+                           static_cast<std::uint64_t>(number(e, "bytes", true))}] =
+          number(e, "seconds", true);
   if (!j.contains("adamw_s")) return b;  // a run made before training was advised
   b.adamw_s = number(j, "adamw_s", true);
   for (const char* phase : {"train_forward", "train_backward"})

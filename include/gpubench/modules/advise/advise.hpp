@@ -10,10 +10,14 @@
 // own share of the sequences (latency: one sequence each); a replica's sequences go through its
 // pp stages in m microbatches (the largest divisor of its sequences that is at most pp), each
 // stage's layers split over its tp ranks (Megatron; all-reduces of up to 256 KiB through the
-// one-shot kernel where the GPUs allow, as tp runs them, the others over NCCL). Prefill runs the prompts'
-// microbatches through the stages one after the other; then every step a microbatch's next
+// one-shot kernel where the GPUs allow, as tp runs them, the others over NCCL). Prefill runs the
+// prompts' microbatches through the stages one after the other; then every step a microbatch's next
 // tokens go through the stages, and the last stage hands the step's next tokens back to the
 // first on a ring of their own, so a microbatch's step starts only when its previous one ended.
+// A tensor-parallel layout is also a candidate with its prefill overlapped (Plan::overlap): the
+// microbatch's rows in kOverlapChunks chunks, each chunk's all-reduces through the copy engines
+// (parallel::CopyEngineCollectives, no SMs taken) behind the next chunk's compute, as
+// `tp --overlap --collectives copy-engine` runs it.
 //
 // Training (--workload train): every GPU trains --train-batch sequences a step as a data-parallel
 // replica under each strategy of parallel/data_parallel.hpp (ddp, zero1, zero2, fsdp), or one
@@ -128,8 +132,12 @@ struct TrainBucket {
   bool head = false;
 };
 
+// Overlapped prefill's chunks (tp's --overlap-chunks default).
+constexpr int kOverlapChunks = 4;
+
 struct Plan {
   Layout layout;
+  bool overlap = false;  // prefill in kOverlapChunks chunks, all-reduces over the copy engines
   Workload workload = Workload::Latency;
   std::int64_t batch = 1;      // sequences on the node (latency: one per replica)
   std::int64_t sequences = 1;  // a replica's
@@ -142,7 +150,8 @@ struct Plan {
   parallel::Strategy strategy = parallel::Strategy::Ddp;
   std::vector<TrainBucket> buckets;
   std::int64_t flat = 0;
-  // The layout's name, with the strategy for training on several GPUs ("dp=4 zero1").
+  // The layout's name, with " overlap" for an overlapped prefill and the strategy for training
+  // on several GPUs ("tp=4 overlap", "dp=4 zero1").
   std::string name() const;
 };
 
@@ -159,9 +168,19 @@ model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int s
 // replicas do not split gets why_not), microbatches, stages balanced by `parts` (balance_stages:
 // equal layers, the embedding on the first stage, the head on the last), and the memory of its
 // largest rank (model::engine_memory with the cuBLASLt workspace of compute capability
-// cc_major), against gpu_bytes (why_not when over).
+// cc_major; with `overlap`, the copy engines' staging too), against gpu_bytes (why_not when
+// over). `overlap` where it does not apply (overlap_applies) gets why_not.
 Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batch,
-               const Parts& parts, int cc_major, std::uint64_t gpu_bytes);
+               const Parts& parts, int cc_major, std::uint64_t gpu_bytes, bool overlap = false);
+
+// Whether a microbatch's prefill splits into kOverlapChunks chunks on layout l (the engine's
+// rule): tp > 1, and its sequences divide into the chunks, or one sequence's prompt does.
+bool overlap_applies(const Settings& s, const Layout& l, std::int64_t micro);
+// The bytes of one overlap chunk's all-reduce: a microbatch's prompt rows over the chunks.
+std::uint64_t overlap_chunk_bytes(const Settings& s, std::int64_t micro);
+// A copy-engine staging slot for all-reduces of up to `bytes` on `ranks`: a rank's share, with
+// room for its alignment (parallel::CopyEngineGroup's max_chunk_bytes).
+std::size_t copy_slot_bytes(std::uint64_t bytes, int ranks);
 
 // What a replica of --train-batch sequences trains (a model::TrainStage of the run's layers,
 // probed on a GPU before the plans): its parameters, and what its step holds besides their
@@ -194,6 +213,12 @@ struct Blocks {
   std::map<Key, Parts> prefill, decode_first, decode_last;
   std::map<std::pair<int, std::uint64_t>, double> all_reduce_s;
   std::map<std::uint64_t, double> transfer_s;
+  // Overlapped prefill: the prefill's parts in kOverlapChunks chunks (no communication), and
+  // all-reduces through the copy engines by (ranks, bytes) (eager, as a prefill runs them; under
+  // CopyEngineCollectives::kMinBytes they take the small all-reduces' path). Absent from runs
+  // made before overlap was advised.
+  std::map<Key, Parts> prefill_overlap;
+  std::map<std::pair<int, std::uint64_t>, double> copy_all_reduce_s;
   // Training (no tensor parallelism), by sequences a GPU: a replica's forward and its backward,
   // in parts (a decoder layer; the step's fixed cost with the embedding; the final norm and the
   // LM head); AdamW's seconds a parameter; reduce-scatters and all-gathers by (ranks, bytes of
@@ -216,6 +241,8 @@ struct Needs {
   std::vector<Blocks::Key> compute;
   std::vector<std::pair<int, std::uint64_t>> all_reduces;
   std::vector<std::uint64_t> transfers;
+  std::vector<Blocks::Key> overlap_compute;  // of overlapped plans
+  std::vector<std::pair<int, std::uint64_t>> copy_all_reduces;
   std::vector<std::int64_t> train;  // sequences a GPU
   std::vector<std::pair<int, std::uint64_t>> reduce_scatters, all_gathers;
   bool adamw = false;
@@ -247,9 +274,19 @@ struct Prediction {
 // contexts, with all-reduces of micro x hidden. Prefill is a flow shop of m identical jobs:
 // TTFT = sum F_k + (pp - 1) X + (m - 1) max(F_k, X). A step of a microbatch goes around the ring
 // (sum D_k + (pp - 1) X_hidden + X_tokens), and every stage serves m microbatches a step:
-// TPOT = max(that, m max D_k). InputError when a block the plan needs is missing.
-// A training plan: predict_train.
+// TPOT = max(that, m max D_k). An overlapped plan's F_k is overlapped_prefill_s of its layers
+// (the chunked parts, the copy engines' all-reduce of a chunk) plus its ends. InputError when a
+// block the plan needs is missing. A training plan: predict_train.
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b);
+
+// The layers of an overlapped prefill as the engine issues them (Transformer::overlapped_layers):
+// per layer, every chunk's attention half on the compute stream, each followed by its all-reduce
+// on the communication stream; then every chunk's MLP half once its attention all-reduce is in,
+// each followed by its own; a chunk's next layer waits for its MLP all-reduce. A half takes its
+// share of layer_s / chunks (attention_share for attention), an all-reduce all_reduce_s. Returns
+// when the last all-reduce has ended and the compute stream is done.
+double overlapped_prefill_s(int layers, double layer_s, double attention_share, double all_reduce_s,
+                            int chunks);
 
 // A training step of plan p: the forward (F: its units' layers x a layer, the fixed part, the
 // head) then the backward, unit after unit on the compute stream, each bucket's collective
@@ -281,8 +318,10 @@ std::string explain(const Plan& p, const Prediction& pred, const Prediction& bas
 
 // The blocks `needs` asks for (calibrate.cpp): compute parts on `device` (engines of 2 and 4
 // layers with and without the head, tp shard 0 of each degree, no communication; prefill eager,
-// decode steps as CUDA graphs), all-reduces on the first t GPUs of `ctx`, transfers between the
-// first two. Compute keys whose engines do not fit are left out (their plans are dropped).
+// also in kOverlapChunks chunks for needs.overlap_compute, decode steps as CUDA graphs),
+// all-reduces on the first t GPUs of `ctx` (as the engines make them; the copy engines' eagerly),
+// transfers between the first two. Compute keys whose engines do not fit are left out (their
+// plans are dropped).
 // The layer counts (a, b) of the two engines, or training stages, a step's parts come from: b up
 // to 8 of the model's layers, a a quarter of b (at least 1).
 std::pair<int, int> calibration_layers(int model_layers);

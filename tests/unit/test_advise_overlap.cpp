@@ -1,0 +1,160 @@
+// Host side of advise's overlapped-prefill candidates: where they apply, what they hold and need,
+// the two streams of the engine's chunked layers played out, and the prediction against
+// hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "gpubench/core/errors.hpp"
+#include "gpubench/modules/advise/advise.hpp"
+#include "input_error.hpp"
+
+using namespace gpubench;
+using namespace gpubench::advise;
+using gpubench::testing::contains;
+using gpubench::testing::input_error_of;
+
+namespace {
+
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+// llama-2-7b (hidden 4096, 32 layers, bf16), prompt 16, 5 tokens: an overlap chunk of one
+// sequence is 4 rows, its all-reduce 4 x 4096 x 2 = 32768 bytes.
+Settings small_settings() {
+  Settings s = resolve_settings(Options{}, false);
+  s.prompt = 16;
+  s.output_len = 5;
+  return s;
+}
+
+Plan plan_of(const Settings& s, const Layout& l, Workload w, std::int64_t batch, bool overlap) {
+  return make_plan(s, l, w, batch, Parts{1, 0, 0}, 9, 80 * kGiB, overlap);
+}
+
+}  // namespace
+
+// The engine's rule: whole sequences when the microbatch divides into 4 chunks, else one
+// sequence's prompt in 4 slices; never at tp = 1.
+TEST(AdviseOverlap, WhereItApplies) {
+  Settings s = small_settings();
+  EXPECT_FALSE(overlap_applies(s, Layout{2, 1, 1}, 4));
+  EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 1));
+  EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 4));
+  EXPECT_TRUE(overlap_applies(s, Layout{1, 4, 1}, 8));
+  EXPECT_FALSE(overlap_applies(s, Layout{1, 2, 1}, 2));
+  s.prompt = 18;
+  EXPECT_FALSE(overlap_applies(s, Layout{1, 2, 1}, 1));
+  EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 4));
+  EXPECT_EQ(overlap_chunk_bytes(small_settings(), 1), 32768u);
+  EXPECT_EQ(overlap_chunk_bytes(small_settings(), 8), 8 * 32768u);
+}
+
+// An overlapped plan is the plain one with its name, its engines' chunks and the copy engines'
+// staging (a slot a peer); where it does not apply it says why.
+TEST(AdviseOverlap, Plans) {
+  const Settings s = small_settings();
+  const Plan plain = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, false);
+  const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true);
+  ASSERT_TRUE(p.why_not.empty()) << p.why_not;
+  EXPECT_TRUE(p.overlap);
+  EXPECT_EQ(p.name(), "tp=2 overlap");
+  EXPECT_EQ(plain.name(), "tp=2");
+  EXPECT_EQ(p.memory_per_gpu - plain.memory_per_gpu, copy_slot_bytes(32768, 2));
+  EXPECT_EQ(copy_slot_bytes(32768, 2), 16384u + 256u);
+  EXPECT_EQ(rank_engine_options(s, p, 0, 1).overlap_chunks, kOverlapChunks);
+  EXPECT_EQ(rank_engine_options(s, plain, 0, 1).overlap_chunks, 1);
+  const Plan four = plan_of(s, Layout{1, 4, 1}, Workload::Throughput, 8, true);
+  EXPECT_TRUE(four.why_not.empty()) << four.why_not;
+  EXPECT_EQ(four.memory_per_gpu -
+                plan_of(s, Layout{1, 4, 1}, Workload::Throughput, 8, false).memory_per_gpu,
+            3 * copy_slot_bytes(8 * 32768, 4));
+  // Two sequences a microbatch (tp=2 x dp=2, batch 4) do not split into 4 chunks.
+  const Plan two = plan_of(s, Layout{2, 2, 1}, Workload::Throughput, 4, true);
+  EXPECT_TRUE(contains(two.why_not, "overlapped prefill")) << two.why_not;
+  EXPECT_TRUE(contains(plan_of(s, Layout{2, 1, 1}, Workload::Latency, 1, true).why_not,
+                       "overlapped prefill"));
+}
+
+// Its prefill's blocks are the chunked compute and a chunk's all-reduce through the copy
+// engines; decode's all-reduces stay.
+TEST(AdviseOverlap, Needs) {
+  const Settings s = small_settings();
+  const Needs n = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true));
+  EXPECT_EQ(n.compute, (std::vector<Blocks::Key>{{2, 1}}));
+  EXPECT_EQ(n.overlap_compute, (std::vector<Blocks::Key>{{2, 1}}));
+  EXPECT_EQ(n.copy_all_reduces, (std::vector<std::pair<int, std::uint64_t>>{{2, 32768}}));
+  EXPECT_EQ(n.all_reduces, (std::vector<std::pair<int, std::uint64_t>>{{2, 8192}}));
+  const Needs plain = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, false));
+  EXPECT_TRUE(plain.overlap_compute.empty());
+  EXPECT_TRUE(plain.copy_all_reduces.empty());
+  const Needs both = merge({n, plain, n});
+  EXPECT_EQ(both.overlap_compute, n.overlap_compute);
+  EXPECT_EQ(both.copy_all_reduces, n.copy_all_reduces);
+  EXPECT_EQ(both.all_reduces.size(), 2u);  // decode's and the plain prefill's
+}
+
+// The two streams by hand. One layer of 4 s, halves of 1 s a chunk (2 chunks), all-reduces of
+// 1 s: attention 0-1, 1-2 (sums 1-2, 2-3), MLP 2-3, 3-4 (sums 3-4, 4-5): 5 s, not the 4 + 2 x 2
+// of the step whole. All-reduces of 10 s set the pace: 2 layers x 2 halves x 2 chunks of them
+// after the first half's second, 81. Without communication, the layers' compute alone.
+TEST(AdviseOverlap, TwoStreamsAsTheEngineIssuesThem) {
+  EXPECT_DOUBLE_EQ(overlapped_prefill_s(1, 4, 0.5, 1, 2), 5);
+  EXPECT_DOUBLE_EQ(overlapped_prefill_s(2, 4, 0.5, 10, 2), 81);
+  EXPECT_NEAR(overlapped_prefill_s(3, 2, 0.3, 0, 4), 6, 1e-12);
+  // One chunk: nothing overlaps, the layer and its two sums one after the other.
+  EXPECT_DOUBLE_EQ(overlapped_prefill_s(3, 2, 0.5, 0.25, 1), 3 * (2 + 0.5));
+}
+
+// tp=2 overlapped, latency: chunk all-reduces (1e-5 s) shorter than any half-chunk's compute
+// (each at least 0.2 x 6e-4 / 4 = 3e-5 s), so only the last one shows: TTFT = 32 x 6e-4 + 1e-5
+// + 7e-4 = 0.01991; decode as the plain layout's, TPOT 32 x 1e-5 + 7e-6 + 64 x 1.1e-5 = 1.031e-3.
+TEST(AdviseOverlap, Prediction) {
+  const Settings s = small_settings();
+  const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true);
+  Blocks b;
+  b.prefill[{2, 1}] = {9e-4, 2e-4, 5e-4};  // the step whole: not what an overlapped plan uses
+  b.prefill_overlap[{2, 1}] = {6e-4, 2e-4, 5e-4};
+  b.decode_first[{2, 1}] = {8e-6, 2e-6, 3e-6};
+  b.decode_last[{2, 1}] = {1.2e-5, 4e-6, 5e-6};
+  b.all_reduce_s[{2, 8192}] = 1.1e-5;
+  b.copy_all_reduce_s[{2, 32768}] = 1e-5;
+  const Prediction r = predict(s, p, b);
+  EXPECT_NEAR(r.ttft_s, 0.01991, 1e-12);
+  EXPECT_NEAR(r.tpot_s, 1.031e-3, 1e-15);
+  EXPECT_NEAR(r.e2e_s, 0.01991 + 4 * 1.031e-3, 1e-12);
+  EXPECT_NEAR(r.comm_s, 1e-5 + 4 * 64 * 1.1e-5, 1e-12);  // the exposed sum and decode's
+  EXPECT_NEAR(r.compute_s + r.comm_s + r.wait_s, r.e2e_s, 1e-12);
+  // Without the chunked parts or the copy engines' all-reduce the plan cannot be predicted.
+  Blocks less = b;
+  less.prefill_overlap.clear();
+  EXPECT_TRUE(contains(input_error_of([&] { (void)predict(s, p, less); }), "overlapped prefill"));
+  less = b;
+  less.copy_all_reduce_s.clear();
+  EXPECT_TRUE(
+      contains(input_error_of([&] { (void)predict(s, p, less); }), "copy-engine all-reduce"));
+}
+
+// The blocks come back through JSON; a run made before overlap was advised has none.
+TEST(AdviseOverlap, BlocksRoundTrip) {
+  Blocks b;
+  b.prefill[{2, 1}] = {1e-3, 2e-5, 3e-4};
+  b.decode_first[{2, 1}] = {1e-4, 1e-5, 8e-5};
+  b.decode_last[{2, 1}] = {1.1e-4, 1e-5, 8e-5};
+  b.all_reduce_s[{2, 8192}] = 9e-6;
+  b.prefill_overlap[{2, 1}] = {8e-4, 2e-5, 3e-4};
+  b.copy_all_reduce_s[{2, 32768}] = 2e-5;
+  EXPECT_EQ(Blocks::from_json(b.to_json()).to_json(), b.to_json());
+  auto older = b.to_json();
+  older.erase("prefill_overlap");
+  older.erase("copy_all_reduce");
+  const Blocks back = Blocks::from_json(older);
+  EXPECT_TRUE(back.prefill_overlap.empty());
+  EXPECT_TRUE(back.copy_all_reduce_s.empty());
+  EXPECT_EQ(back.prefill.size(), 1u);
+  auto broken = b.to_json();
+  broken["copy_all_reduce"][0]["seconds"] = 0;
+  EXPECT_TRUE(contains(input_error_of([&] { (void)Blocks::from_json(broken); }), "seconds"));
+}
