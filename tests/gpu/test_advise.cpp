@@ -221,15 +221,18 @@ TEST(AdviseGpu, OneGpuTrainingStepIsPredictedAndRunByDp) {
   EXPECT_LT(pred.e2e_s, 2.0 * m.e2e_s);
 }
 
-// Two GPUs: reduce-scatters and all-gathers timed like the all-reduces, and a ddp layout of both
-// GPUs run by `dp` and checked against one GPU.
+// Two GPUs: the buckets' all-reduces, reduce-scatters and all-gathers timed, and a ddp layout of
+// both GPUs run by `dp` and checked against one GPU.
 TEST(AdviseGpu, TwoGpuTrainingCollectivesAndRun) {
   if (visible_device_count() < 2) GTEST_SKIP() << "needs 2 or more GPUs";
   Rig rig(2);
   const Settings s = small_training();
   Needs n;
-  n.reduce_scatters = n.all_gathers = {{2, 1u << 20}, {2, 64u << 20}};
+  n.bucket_all_reduces = n.reduce_scatters = n.all_gathers = {{2, 1u << 20}, {2, 64u << 20}};
   const Blocks b = calibrate(rig.ctx, s, n);
+  ASSERT_EQ(b.bucket_all_reduce_s.size(), 2u);
+  EXPECT_TRUE(b.all_reduce_s.empty());  // tensor parallelism's
+  EXPECT_LT(b.bucket_all_reduce_s.at({2, 1u << 20}), b.bucket_all_reduce_s.at({2, 64u << 20}));
   ASSERT_EQ(b.reduce_scatter_s.size(), 2u);
   ASSERT_EQ(b.all_gather_s.size(), 2u);
   EXPECT_LT(b.reduce_scatter_s.at({2, 1u << 20}), b.reduce_scatter_s.at({2, 64u << 20}));

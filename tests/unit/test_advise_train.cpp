@@ -164,17 +164,19 @@ TEST(AdviseTrainNeeds, ByStrategy) {
   const Needs one = needs_of(s, make_train_plan(s, 1, Strategy::Ddp, f, 0));
   EXPECT_EQ(one.train, (std::vector<std::int64_t>{4}));
   EXPECT_TRUE(one.adamw);
-  EXPECT_TRUE(one.all_reduces.empty() && one.reduce_scatters.empty() && one.all_gathers.empty());
+  EXPECT_TRUE(one.bucket_all_reduces.empty() && one.reduce_scatters.empty() &&
+              one.all_gathers.empty());
   EXPECT_TRUE(one.compute.empty());  // no inference engine
   const Plan ddp_plan = make_train_plan(s, 4, Strategy::Ddp, f, 0);
   const Needs ddp = merge({needs_of(s, ddp_plan)});
-  ASSERT_FALSE(ddp.all_reduces.empty());
-  EXPECT_EQ(ddp.all_reduces.front().first, 4);
-  EXPECT_EQ(ddp.all_reduces.size(), 3u);  // head, MLP half, attention half: three sizes
+  ASSERT_FALSE(ddp.bucket_all_reduces.empty());
+  EXPECT_EQ(ddp.bucket_all_reduces.front().first, 4);
+  EXPECT_EQ(ddp.bucket_all_reduces.size(), 3u);  // head, MLP half, attention half: three sizes
+  EXPECT_TRUE(ddp.all_reduces.empty());          // those are tensor parallelism's
   EXPECT_TRUE(ddp.reduce_scatters.empty());
   const Needs zero = merge({needs_of(s, make_train_plan(s, 4, Strategy::Zero2, f, 0))});
   EXPECT_EQ(zero.reduce_scatters, zero.all_gathers);
-  EXPECT_TRUE(zero.all_reduces.empty());
+  EXPECT_TRUE(zero.bucket_all_reduces.empty());
 }
 
 // One GPU: the forward, the backward and AdamW one after the other.
@@ -204,13 +206,13 @@ TEST(AdviseTrainPredict, DdpHidesWhatBackwardCovers) {
   const Plan p = make_train_plan(s, 4, Strategy::Ddp, footprint(s), 0);
   const double opt = 1e-12 * static_cast<double>(p.flat);
   Blocks b = train_blocks();
-  for (const auto& [ranks, bytes] : needs_of(s, p).all_reduces)
-    b.all_reduce_s[{ranks, bytes}] = 1e-6;
+  for (const auto& [ranks, bytes] : needs_of(s, p).bucket_all_reduces)
+    b.bucket_all_reduce_s[{ranks, bytes}] = 1e-6;
   Prediction r = predict(s, p, b);
   // The last bucket's all-reduce starts when the backward of its units ends, before the
   // backward's fixed part (1e-4) is over: nothing is exposed.
   expect_rel(r.e2e_s, 2.3e-3 + 4.5e-3 + opt);
-  for (auto& [key, sec] : b.all_reduce_s) sec = 1e-2;
+  for (auto& [key, sec] : b.bucket_all_reduce_s) sec = 1e-2;
   r = predict(s, p, b);
   const double head_backward = 4e-4;  // bucket 0 is the head alone
   expect_rel(r.e2e_s, 2.3e-3 + head_backward + 5 * 1e-2 + opt);
@@ -256,12 +258,20 @@ TEST(AdviseTrainBlocks, RoundTripAndOlderRuns) {
   Blocks b = train_blocks();
   b.reduce_scatter_s[{4, 1 << 20}] = 1e-4;
   b.all_gather_s[{4, 1 << 20}] = 2e-4;
+  b.bucket_all_reduce_s[{4, 1 << 20}] = 3e-4;
   const Blocks back = Blocks::from_json(b.to_json());
   EXPECT_EQ(back.to_json(), b.to_json());
   EXPECT_EQ(back.train_backward.at(4).head, 4e-4);
+  // Runs before the buckets' all-reduces had a list of their own kept them with the rest (NCCL's
+  // all of them then).
+  auto mixed = b.to_json();
+  mixed.erase("bucket_all_reduce");
+  mixed["all_reduce"] =
+      nlohmann::ordered_json::array({{{"ranks", 4}, {"bytes", 1 << 20}, {"seconds", 5e-4}}});
+  EXPECT_EQ(Blocks::from_json(mixed).bucket_all_reduce_s.at({4, 1u << 20}), 5e-4);
   auto older = b.to_json();
-  for (const char* key :
-       {"train_forward", "train_backward", "adamw_s", "reduce_scatter", "all_gather"})
+  for (const char* key : {"train_forward", "train_backward", "adamw_s", "bucket_all_reduce",
+                          "reduce_scatter", "all_gather"})
     older.erase(key);
   const Blocks old = Blocks::from_json(older);
   EXPECT_TRUE(old.train_forward.empty());

@@ -159,7 +159,9 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   Report run(Context& ctx) override {
     Settings s = resolve_settings(opts_, ctx.quick());
-    s.small_all_reduces = one_shot_usable(s, ctx.gpus()) ? "one-shot" : "nccl";
+    // One GPU runs no tensor-parallel all-reduce: its path is left unsaid.
+    if (ctx.gpus().size() > 1)
+      s.small_all_reduces = one_shot_usable(s, ctx.gpus()) ? "one-shot" : "nccl";
     rooflines(ctx, s);
     // A run that does not match is bad input: read before anything is measured.
     const std::optional<Blocks> earlier =

@@ -140,8 +140,9 @@ void compute_parts(Context& ctx, const Settings& s, int t, const std::vector<std
 
 // What is timed: an all-reduce as a decode graph makes it (small ones through the one-shot
 // kernel where s.one_shot()), one through the copy engines as an overlapped prefill makes it
-// (eager, each chunk's; small ones to the former), NCCL's reduce-scatter and all-gather, a send.
-enum class Op { AllReduce, CopyAllReduce, ReduceScatter, AllGather, Send };
+// (eager, each chunk's; small ones to the former), NCCL's all-reduce (training's buckets, as dp
+// runs them), reduce-scatter and all-gather, a send.
+enum class Op { AllReduce, CopyAllReduce, BucketAllReduce, ReduceScatter, AllGather, Send };
 
 // One collective over `bytes` of the whole buffer, in place (rank r's chunk at r x bytes / ranks);
 // all-reduces through `engines`, the collectives a generation's engine is given.
@@ -154,6 +155,9 @@ void collective(Op kind, void* buf, std::uint64_t bytes, ncclDataType_t type, in
     case Op::AllReduce:
     case Op::CopyAllReduce:
       engines.all_reduce(buf, static_cast<std::int64_t>(elems), dtype, st);
+      break;
+    case Op::BucketAllReduce:
+      GPB_NCCL_CHECK(ncclAllReduce(buf, buf, elems, type, ncclSum, comm, st));
       break;
     case Op::ReduceScatter:
       GPB_NCCL_CHECK(ncclReduceScatter(buf, mine, chunk, type, ncclSum, comm, st));
@@ -279,6 +283,8 @@ Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
                                                          &blocks.all_reduce_s, "all-reduces"},
         {Op::CopyAllReduce, &needs.copy_all_reduces, &blocks.copy_all_reduce_s,
          "all-reduces through the copy engines"},
+        {Op::BucketAllReduce, &needs.bucket_all_reduces, &blocks.bucket_all_reduce_s,
+         "gradient buckets' all-reduces"},
         {Op::ReduceScatter, &needs.reduce_scatters, &blocks.reduce_scatter_s, "reduce-scatters"},
         {Op::AllGather, &needs.all_gathers, &blocks.all_gather_s, "all-gathers"}}) {
     std::map<int, std::vector<std::uint64_t>> by_ranks;

@@ -390,32 +390,45 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     if (make_ref)
       refs[key] = {whole_stream_logits(s, p, tokens, self.device, st),
                    "a prefill of the whole stream on one GPU"};
+    bool cut_failed = false;  // on every rank: its logits must not become a reference
     if (too_big) {
       const auto [cut, cut_error] =
           check_cut_down(s, p, tokens, self, group, tp_share, ws, cut_reference);
       const auto cut_errors = group.all_gather(self.rank, cut_error);
+      const double worst = *std::max_element(cut_errors.begin(), cut_errors.end());
+      cut_failed = cut > 0 && !(worst <= kCheckLimit);
       if (self.rank == 0) {
         out.cut_layers = cut;
-        out.cut_error = *std::max_element(cut_errors.begin(), cut_errors.end());
+        out.cut_error = worst;
       }
     }
+    // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums and times that say
+    // nothing behind (every rank asks alike).
+    const auto gave_up = [&] {
+      const bool mine =
+          !tp_share.shots.empty() &&
+          tp_share.shots[static_cast<std::size_t>(self.rank / p.layout.tp)]->timed_out(self.rank %
+                                                                                       p.layout.tp);
+      return group.any(self.rank, mine);
+    };
     group.barrier();
     RankRun run(s, p, self, group, tokens, tp_share);
     group.barrier();
     (void)run.generate(true);
+    bool failed = cut_failed || gave_up();
     double error = 0;
     if (run.checks()) {
       const auto got = run.saved();
       if (auto it = refs.find(key); it != refs.end()) {
         error = model::relative_l2(got, it->second.logits);
         out.checked_by = it->second.source;
-      } else {
+      } else if (!failed) {
         refs[key] = {got, fmt::format("layout {}", p.name())};
       }
     }
     const auto errors = group.all_gather(self.rank, error);
     std::vector<double> firsts, wholes;
-    for (int r = 0; r < reps; ++r) {
+    for (int r = 0; r < reps && !failed; ++r) {
       // Every rank stops at the same repetition: one that went on alone would wait in NCCL.
       if (group.any(self.rank, Context::interrupted())) break;
       const auto [first, all] = run.generate(false);
@@ -425,13 +438,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       wholes.push_back(*std::max_element(w.begin(), w.end()));
     }
     const auto memory = group.all_gather(self.rank, static_cast<double>(run.memory()));
-    // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums and times that say
-    // nothing behind.
-    const bool gave_up =
-        !tp_share.shots.empty() &&
-        tp_share.shots[static_cast<std::size_t>(self.rank / p.layout.tp)]->timed_out(self.rank %
-                                                                                     p.layout.tp);
-    const bool any_gave_up = group.any(self.rank, gave_up);
+    const bool any_gave_up = gave_up();
     if (self.rank != 0) return;
     out.check_error = *std::max_element(errors.begin(), errors.end());
     out.memory_per_gpu =
@@ -442,6 +449,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       out.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
       return;
     }
+    if (cut_failed) return;  // failed its cut-down check: not timed
     if (wholes.empty()) {
       out.status = "skipped";
       out.note = "stopped before it was timed";

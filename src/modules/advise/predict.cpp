@@ -77,7 +77,7 @@ Needs train_needs(const Settings& s, const Plan& p) {
   for (const TrainBucket& b : p.buckets) {
     const std::pair<int, std::uint64_t> key{ranks, bucket_bytes(s, b)};
     if (p.strategy == parallel::Strategy::Ddp) {
-      n.all_reduces.push_back(key);
+      n.bucket_all_reduces.push_back(key);
     } else {
       n.reduce_scatters.push_back(key);
       n.all_gathers.push_back(key);
@@ -113,6 +113,8 @@ Needs merge(const std::vector<Needs>& all) {
     out.all_reduces.insert(out.all_reduces.end(), n.all_reduces.begin(), n.all_reduces.end());
     out.transfers.insert(out.transfers.end(), n.transfers.begin(), n.transfers.end());
     out.train.insert(out.train.end(), n.train.begin(), n.train.end());
+    out.bucket_all_reduces.insert(out.bucket_all_reduces.end(), n.bucket_all_reduces.begin(),
+                                  n.bucket_all_reduces.end());
     out.reduce_scatters.insert(out.reduce_scatters.end(), n.reduce_scatters.begin(),
                                n.reduce_scatters.end());
     out.all_gathers.insert(out.all_gathers.end(), n.all_gathers.begin(), n.all_gathers.end());
@@ -130,6 +132,7 @@ Needs merge(const std::vector<Needs>& all) {
   unique(out.all_reduces);
   unique(out.transfers);
   unique(out.train);
+  unique(out.bucket_all_reduces);
   unique(out.reduce_scatters);
   unique(out.all_gathers);
   unique(out.overlap_compute);
@@ -253,7 +256,7 @@ BucketTimes bucket_times(const Settings& s, const Plan& p, const Blocks& b, cons
   for (const TrainBucket& k : p.buckets) {
     t.forward.push_back(k.forward_layers * fwd.layer + (k.head ? fwd.head : 0.0));
     t.backward.push_back(k.backward_layers * bwd.layer + (k.head ? bwd.head : 0.0));
-    t.reduce.push_back(ddp ? comm(b.all_reduce_s, k, "all-reduce")
+    t.reduce.push_back(ddp ? comm(b.bucket_all_reduce_s, k, "all-reduce")
                            : comm(b.reduce_scatter_s, k, "reduce-scatter"));
     t.gather.push_back(ddp ? 0.0 : comm(b.all_gather_s, k, "all-gather"));
   }
@@ -446,6 +449,7 @@ nlohmann::ordered_json Blocks::to_json() const {
     out["train_forward"] = train(train_forward);
     out["train_backward"] = train(train_backward);
     out["adamw_s"] = adamw_s;
+    out["bucket_all_reduce"] = coll(bucket_all_reduce_s);
     out["reduce_scatter"] = coll(reduce_scatter_s);
     out["all_gather"] = coll(all_gather_s);
   }
@@ -502,13 +506,17 @@ Blocks Blocks::from_json(const nlohmann::ordered_json& j) {
            ? b.train_forward
            : b.train_backward)[static_cast<std::int64_t>(number(e, "sequences", true))] = {
           number(e, "layer_s", true), number(e, "embed_s", false), number(e, "head_s", false)};
-  for (const char* kind : {"reduce_scatter", "all_gather"})
+  if (!j.contains("bucket_all_reduce")) b.bucket_all_reduce_s = b.all_reduce_s;  // older runs
+  for (const char* kind : {"bucket_all_reduce", "reduce_scatter", "all_gather"}) {
+    const std::string k = kind;
+    if (k == "bucket_all_reduce" && !j.contains(kind)) continue;
+    auto& into = k == "bucket_all_reduce" ? b.bucket_all_reduce_s
+                 : k == "reduce_scatter"  ? b.reduce_scatter_s
+                                          : b.all_gather_s;
     for (const auto& e : array(kind))
-      (std::string(kind) == "reduce_scatter"
-           ? b.reduce_scatter_s
-           : b.all_gather_s)[{static_cast<int>(number(e, "ranks", true)),
-                              static_cast<std::uint64_t>(number(e, "bytes", true))}] =
-          number(e, "seconds", true);
+      into[{static_cast<int>(number(e, "ranks", true)),
+            static_cast<std::uint64_t>(number(e, "bytes", true))}] = number(e, "seconds", true);
+  }
   return b;
 }
 

@@ -7,6 +7,7 @@
 #include "gpubench/core/runs.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/modules/advise/advise.hpp"
+#include "gpubench/parallel/collectives.hpp"
 
 namespace gpubench::advise {
 
@@ -146,20 +147,23 @@ Blocks blocks_from_run(const std::string& path, const Settings& s) {
         throw InputError(fmt::format("--from: {} ran {} {}, this run {}", path, key,
                                      r.config.value(key, nlohmann::ordered_json()).dump(),
                                      mine[key].dump()));
-    // The small all-reduces' path matters where the blocks hold tensor-parallel all-reduces
-    // (runs made before the option took NCCL's).
-    const std::string path_then = r.config.value("small_all_reduces", "nccl");
-    const std::string path_now = s.one_shot() ? "one-shot" : "nccl";
-    const auto blocks = r.extra.value("blocks", nlohmann::ordered_json::object());
-    if (path_then != path_now && blocks.contains("all_reduce") && !blocks["all_reduce"].empty())
-      throw InputError(fmt::format("--from: {} ran its small all-reduces over {}, this run {}",
-                                   path, path_then, path_now));
     const auto model = r.config.value("model", nlohmann::ordered_json::object());
     if (model.value("name", "") != s.model.name || model != mine["model"])
       throw InputError(fmt::format("--from: {} ran model {}, this run {}", path,
                                    model.value("name", "?"), s.model.name));
     if (!r.extra.contains("blocks"))
       throw InputError(fmt::format("--from: {}'s advise report holds no building blocks", path));
+    // The small all-reduces' path matters where this run has tensor-parallel layouts and the
+    // earlier blocks hold all-reduces the one-shot kernel takes (runs made before the option
+    // took NCCL's).
+    const std::string path_then = r.config.value("small_all_reduces", "nccl");
+    bool small = false;
+    for (const auto& e : r.extra["blocks"].value("all_reduce", nlohmann::ordered_json::array()))
+      small = small || e.value("bytes", 0.0) <= parallel::OneShotCollectives::kMaxBytes;
+    if (!s.small_all_reduces.empty() && small && path_then != s.small_all_reduces)
+      throw InputError(fmt::format(
+          "--from: {} ran its small all-reduces over {}, this run {} (--small-collectives {})",
+          path, path_then, s.small_all_reduces, path_then == "nccl" ? "nccl" : "auto"));
     return Blocks::from_json(r.extra["blocks"]);
   }
   throw InputError(fmt::format("--from: {} holds no advise report", path));

@@ -93,7 +93,7 @@ struct Settings {
   // Tensor-parallel all-reduces of up to parallel::OneShotCollectives::kMaxBytes (decode's), as
   // asked: "auto" or "one-shot" (through the one-shot kernel where the GPUs allow) or "nccl";
   // and what the calibration and the runs take, decided on the GPUs before anything is measured
-  // (one_shot_usable): "one-shot" or "nccl" ("" until then, which runs NCCL's).
+  // (one_shot_usable): "one-shot" or "nccl" ("" until then, and on one GPU: NCCL's).
   std::string small_collectives = "auto";
   std::string small_all_reduces;
   bool one_shot() const { return small_all_reduces == "one-shot"; }
@@ -221,11 +221,13 @@ struct Blocks {
   std::map<std::pair<int, std::uint64_t>, double> copy_all_reduce_s;
   // Training (no tensor parallelism), by sequences a GPU: a replica's forward and its backward,
   // in parts (a decoder layer; the step's fixed cost with the embedding; the final norm and the
-  // LM head); AdamW's seconds a parameter; reduce-scatters and all-gathers by (ranks, bytes of
-  // the whole buffer). Absent from runs made before training was advised.
+  // LM head); AdamW's seconds a parameter; NCCL's all-reduces, reduce-scatters and all-gathers of
+  // the buckets by (ranks, bytes of the whole buffer), as `dp` runs them. Absent from runs made
+  // before training was advised (whose bucket all-reduces, NCCL's too, were in all_reduce_s).
   std::map<std::int64_t, Parts> train_forward, train_backward;
   double adamw_s = 0;
-  std::map<std::pair<int, std::uint64_t>, double> reduce_scatter_s, all_gather_s;
+  std::map<std::pair<int, std::uint64_t>, double> bucket_all_reduce_s, reduce_scatter_s,
+      all_gather_s;
   nlohmann::ordered_json to_json() const;
   // The inverse of to_json; InputError naming what is missing or not a positive number.
   static Blocks from_json(const nlohmann::ordered_json& j);
@@ -244,7 +246,7 @@ struct Needs {
   std::vector<Blocks::Key> overlap_compute;  // of overlapped plans
   std::vector<std::pair<int, std::uint64_t>> copy_all_reduces;
   std::vector<std::int64_t> train;  // sequences a GPU
-  std::vector<std::pair<int, std::uint64_t>> reduce_scatters, all_gathers;
+  std::vector<std::pair<int, std::uint64_t>> bucket_all_reduces, reduce_scatters, all_gathers;
   bool adamw = false;
 };
 Needs needs_of(const Settings& s, const Plan& p);
