@@ -14,9 +14,10 @@
 
 #include <filesystem>
 
+#include "advise_fixtures.hpp"
 #include "gpubench/core/errors.hpp"
-#include "gpubench/core/report.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/core/report.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/modules/advise/advise.hpp"
@@ -25,11 +26,13 @@
 using namespace gpubench;
 using namespace gpubench::advise;
 using gpubench::testing::contains;
+using gpubench::testing::expect_rel;
 using gpubench::testing::input_error_of;
+using gpubench::testing::kGiB;
+using gpubench::testing::plan_of;
+using gpubench::testing::small_settings;
 
 namespace {
-
-constexpr std::uint64_t kGiB = 1ull << 30;
 
 // The one-line InputError resolve_settings throws for `o`, or "" when it throws none.
 std::string settings_error(const Options& o) {
@@ -41,26 +44,10 @@ bool names_option(const std::string& message, const std::string& option) {
   return message.rfind(option + ":", 0) == 0 && !contains(message, "\n");
 }
 
-// llama-2-7b (hidden 4096, 32 layers, bf16) with a short generation: prompt 16, 5 tokens.
-Settings small_settings() {
-  Settings s = resolve_settings(Options{}, false);
-  s.prompt = 16;
-  s.output_len = 5;
-  return s;
-}
-
-Plan plan_of(const Settings& s, const Layout& l, Workload w, std::int64_t batch) {
-  return make_plan(s, l, w, batch, Parts{1, 0, 0}, 9, 80 * kGiB);
-}
-
 template <class T>
 std::vector<T> sorted(std::vector<T> v) {
   std::sort(v.begin(), v.end());
   return v;
-}
-
-void expect_rel(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
 }
 
 }  // namespace

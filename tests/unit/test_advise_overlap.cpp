@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "advise_fixtures.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 #include "input_error.hpp"
@@ -16,25 +17,11 @@ using namespace gpubench;
 using namespace gpubench::advise;
 using gpubench::testing::contains;
 using gpubench::testing::input_error_of;
+using gpubench::testing::plan_of;
+using gpubench::testing::small_settings;
 
-namespace {
-
-constexpr std::uint64_t kGiB = 1ull << 30;
-
-// llama-2-7b (hidden 4096, 32 layers, bf16), prompt 16, 5 tokens: an overlap chunk of one
-// sequence is 4 rows, its all-reduce 4 x 4096 x 2 = 32768 bytes.
-Settings small_settings() {
-  Settings s = resolve_settings(Options{}, false);
-  s.prompt = 16;
-  s.output_len = 5;
-  return s;
-}
-
-Plan plan_of(const Settings& s, const Layout& l, Workload w, std::int64_t batch, bool overlap) {
-  return make_plan(s, l, w, batch, Parts{1, 0, 0}, 9, 80 * kGiB, overlap);
-}
-
-}  // namespace
+// small_settings(): llama-2-7b, prompt 16, 5 tokens: an overlap chunk of one sequence is 4 rows,
+// its all-reduce 4 x 4096 x 2 = 32768 bytes.
 
 // The engine's rule: whole sequences when the microbatch divides into 4 chunks, else one
 // sequence's prompt in 4 slices; never at tp = 1.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "advise_fixtures.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/model/training.hpp"
 #include "gpubench/modules/advise/advise.hpp"
@@ -18,11 +19,11 @@ using namespace gpubench;
 using namespace gpubench::advise;
 using gpubench::parallel::Strategy;
 using gpubench::testing::contains;
+using gpubench::testing::expect_rel;
 using gpubench::testing::input_error_of;
+using gpubench::testing::kGiB;
 
 namespace {
-
-constexpr std::uint64_t kGiB = 1ull << 30;
 
 // llama-2-7b cut to 2 layers, 4 sequences of 4096 tokens a GPU (the defaults).
 Settings train_settings() {
@@ -52,10 +53,6 @@ Blocks train_blocks() {
   b.train_backward[4] = {2e-3, 1e-4, 4e-4};
   b.adamw_s = 1e-12;
   return b;
-}
-
-void expect_rel(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
 }
 
 }  // namespace
