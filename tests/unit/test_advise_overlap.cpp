@@ -20,44 +20,58 @@ using gpubench::testing::input_error_of;
 using gpubench::testing::plan_of;
 using gpubench::testing::small_settings;
 
-// small_settings(): llama-2-7b, prompt 16, 5 tokens: an overlap chunk of one sequence is 4 rows,
-// its all-reduce 4 x 4096 x 2 = 32768 bytes.
+namespace {
+
+// llama-2-7b, prompt 1024, 5 tokens: an overlap chunk of one sequence is 256 rows, its all-reduce
+// 256 x 4096 x 2 = 2 MiB, the least that goes through the copy engines.
+Settings overlap_settings() {
+  Settings s = small_settings();
+  s.prompt = 1024;
+  return s;
+}
+constexpr std::uint64_t kChunk = 2u << 20;
+
+}  // namespace
 
 // The engine's rule: whole sequences when the microbatch divides into 4 chunks, else one
-// sequence's prompt in 4 slices; never at tp = 1.
+// sequence's prompt in 4 slices; never at tp = 1; and chunks whose all-reduces go through the
+// copy engines (smaller ones take the small all-reduces' path).
 TEST(AdviseOverlap, WhereItApplies) {
-  Settings s = small_settings();
+  Settings s = overlap_settings();
+  EXPECT_EQ(overlap_chunk_bytes(s, 1), kChunk);
+  EXPECT_EQ(overlap_chunk_bytes(s, 8), 8 * kChunk);
   EXPECT_FALSE(overlap_applies(s, Layout{2, 1, 1}, 4));
   EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 1));
   EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 4));
   EXPECT_TRUE(overlap_applies(s, Layout{1, 4, 1}, 8));
   EXPECT_FALSE(overlap_applies(s, Layout{1, 2, 1}, 2));
-  s.prompt = 18;
+  s.prompt = 1022;
   EXPECT_FALSE(overlap_applies(s, Layout{1, 2, 1}, 1));
   EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 4));
-  EXPECT_EQ(overlap_chunk_bytes(small_settings(), 1), 32768u);
-  EXPECT_EQ(overlap_chunk_bytes(small_settings(), 8), 8 * 32768u);
+  s.prompt = 512;  // one sequence's chunks of 1 MiB
+  EXPECT_FALSE(overlap_applies(s, Layout{1, 2, 1}, 1));
+  EXPECT_TRUE(overlap_applies(s, Layout{1, 2, 1}, 4));
 }
 
 // An overlapped plan is the plain one with its name, its engines' chunks and the copy engines'
 // staging (a slot a peer); where it does not apply it says why.
 TEST(AdviseOverlap, Plans) {
-  const Settings s = small_settings();
+  const Settings s = overlap_settings();
   const Plan plain = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, false);
   const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true);
   ASSERT_TRUE(p.why_not.empty()) << p.why_not;
   EXPECT_TRUE(p.overlap);
   EXPECT_EQ(p.name(), "tp=2 overlap");
   EXPECT_EQ(plain.name(), "tp=2");
-  EXPECT_EQ(p.memory_per_gpu - plain.memory_per_gpu, copy_slot_bytes(32768, 2));
-  EXPECT_EQ(copy_slot_bytes(32768, 2), 16384u + 256u);
+  EXPECT_EQ(p.memory_per_gpu - plain.memory_per_gpu, copy_slot_bytes(kChunk, 2));
+  EXPECT_EQ(copy_slot_bytes(kChunk, 2), kChunk / 2 + 256);
   EXPECT_EQ(rank_engine_options(s, p, 0, 1).overlap_chunks, kOverlapChunks);
   EXPECT_EQ(rank_engine_options(s, plain, 0, 1).overlap_chunks, 1);
   const Plan four = plan_of(s, Layout{1, 4, 1}, Workload::Throughput, 8, true);
   EXPECT_TRUE(four.why_not.empty()) << four.why_not;
   EXPECT_EQ(four.memory_per_gpu -
                 plan_of(s, Layout{1, 4, 1}, Workload::Throughput, 8, false).memory_per_gpu,
-            3 * copy_slot_bytes(8 * 32768, 4));
+            3 * copy_slot_bytes(8 * kChunk, 4));
   // Two sequences a microbatch (tp=2 x dp=2, batch 4) do not split into 4 chunks.
   const Plan two = plan_of(s, Layout{2, 2, 1}, Workload::Throughput, 4, true);
   EXPECT_TRUE(contains(two.why_not, "overlapped prefill")) << two.why_not;
@@ -68,11 +82,11 @@ TEST(AdviseOverlap, Plans) {
 // Its prefill's blocks are the chunked compute and a chunk's all-reduce through the copy
 // engines; decode's all-reduces stay.
 TEST(AdviseOverlap, Needs) {
-  const Settings s = small_settings();
+  const Settings s = overlap_settings();
   const Needs n = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true));
   EXPECT_EQ(n.compute, (std::vector<Blocks::Key>{{2, 1}}));
   EXPECT_EQ(n.overlap_compute, (std::vector<Blocks::Key>{{2, 1}}));
-  EXPECT_EQ(n.copy_all_reduces, (std::vector<std::pair<int, std::uint64_t>>{{2, 32768}}));
+  EXPECT_EQ(n.copy_all_reduces, (std::vector<std::pair<int, std::uint64_t>>{{2, kChunk}}));
   EXPECT_EQ(n.all_reduces, (std::vector<std::pair<int, std::uint64_t>>{{2, 8192}}));
   const Needs plain = needs_of(s, plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, false));
   EXPECT_TRUE(plain.overlap_compute.empty());
@@ -96,10 +110,11 @@ TEST(AdviseOverlap, TwoStreamsAsTheEngineIssuesThem) {
 }
 
 // tp=2 overlapped, latency: chunk all-reduces (1e-5 s) shorter than any half-chunk's compute
-// (each at least 0.2 x 6e-4 / 4 = 3e-5 s), so only the last one shows: TTFT = 32 x 6e-4 + 1e-5
+// (attention's share of a layer is about a third: each at least 5e-5 s), so only the last shows:
+// TTFT = 32 x 6e-4 + 1e-5
 // + 7e-4 = 0.01991; decode as the plain layout's, TPOT 32 x 1e-5 + 7e-6 + 64 x 1.1e-5 = 1.031e-3.
 TEST(AdviseOverlap, Prediction) {
-  const Settings s = small_settings();
+  const Settings s = overlap_settings();
   const Plan p = plan_of(s, Layout{1, 2, 1}, Workload::Latency, 1, true);
   Blocks b;
   b.prefill[{2, 1}] = {9e-4, 2e-4, 5e-4};  // the step whole: not what an overlapped plan uses
@@ -107,7 +122,7 @@ TEST(AdviseOverlap, Prediction) {
   b.decode_first[{2, 1}] = {8e-6, 2e-6, 3e-6};
   b.decode_last[{2, 1}] = {1.2e-5, 4e-6, 5e-6};
   b.all_reduce_s[{2, 8192}] = 1.1e-5;
-  b.copy_all_reduce_s[{2, 32768}] = 1e-5;
+  b.copy_all_reduce_s[{2, kChunk}] = 1e-5;
   const Prediction r = predict(s, p, b);
   EXPECT_NEAR(r.ttft_s, 0.01991, 1e-12);
   EXPECT_NEAR(r.tpot_s, 1.031e-3, 1e-15);

@@ -237,8 +237,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         q.workload = w;
         q.batch = batch;
         for (const Layout& l : layouts) {
-          q.consider(make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes));
-          if (l.tp > 1 && room.copy_engines)
+          const Plan p = make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes);
+          q.consider(p);
+          // Its overlapped twin where it applies (no warning where it does not).
+          if (room.copy_engines && p.why_not.empty() && overlap_applies(s, l, p.micro))
             q.consider(
                 make_plan(s, l, w, batch, parts_by_bytes(s), room.cc_major, room.bytes, true));
         }

@@ -8,6 +8,7 @@
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/cost.hpp"
 #include "gpubench/modules/advise/advise.hpp"
+#include "gpubench/parallel/collectives.hpp"
 
 namespace gpubench::advise {
 
@@ -38,7 +39,8 @@ model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int s
 
 bool overlap_applies(const Settings& s, const Layout& l, std::int64_t micro) {
   return l.tp > 1 &&
-         (micro % kOverlapChunks == 0 || (micro == 1 && s.prompt % kOverlapChunks == 0));
+         (micro % kOverlapChunks == 0 || (micro == 1 && s.prompt % kOverlapChunks == 0)) &&
+         overlap_chunk_bytes(s, micro) >= parallel::CopyEngineCollectives::kMinBytes;
 }
 
 std::size_t copy_slot_bytes(std::uint64_t bytes, int ranks) {
@@ -67,8 +69,9 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
   if (overlap && !overlap_applies(s, l, p.micro)) {
     p.why_not = fmt::format(
         "an overlapped prefill needs tp > 1 and a microbatch of a multiple of {} sequences, or of "
-        "one whose prompt divides into {} chunks",
-        kOverlapChunks, kOverlapChunks);
+        "one whose prompt divides into {} chunks, each chunk's all-reduce at least {} (smaller "
+        "ones do not go through the copy engines)",
+        kOverlapChunks, kOverlapChunks, format_bytes(parallel::CopyEngineCollectives::kMinBytes));
     return p;
   }
   p.stage_layers = parallel::balance_stages(

@@ -174,7 +174,8 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
                const Parts& parts, int cc_major, std::uint64_t gpu_bytes, bool overlap = false);
 
 // Whether a microbatch's prefill splits into kOverlapChunks chunks on layout l (the engine's
-// rule): tp > 1, and its sequences divide into the chunks, or one sequence's prompt does.
+// rule: tp > 1, and its sequences divide into the chunks, or one sequence's prompt does) whose
+// all-reduces go through the copy engines (at least CopyEngineCollectives::kMinBytes each).
 bool overlap_applies(const Settings& s, const Layout& l, std::int64_t micro);
 // The bytes of one overlap chunk's all-reduce: a microbatch's prompt rows over the chunks.
 std::uint64_t overlap_chunk_bytes(const Settings& s, std::int64_t micro);
