@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "gpubench/core/mpi.hpp"
 #include "gpubench/core/nvml.hpp"
 #include "gpubench/core/runner.hpp"
 #include "gpubench/core/system.hpp"
@@ -169,8 +170,14 @@ void read_counters(const Nvml& nvml, nvml::Device d, GpuHealth& h) {
   h.persistence_mode = nvml.persistence_mode(d);
   h.mig_enabled = nvml.mig_enabled(d);
   if (auto pids = nvml.compute_process_pids(d)) {
-    const auto self = static_cast<unsigned>(getpid());
-    pids->erase(std::remove(pids->begin(), pids->end(), self), pids->end());
+    // This process and, under mpirun/srun, the job's others on this node are not "other".
+    std::vector<unsigned> ours = process_info().node_pids;
+    ours.push_back(static_cast<unsigned>(getpid()));
+    pids->erase(std::remove_if(pids->begin(), pids->end(),
+                               [&](unsigned p) {
+                                 return std::find(ours.begin(), ours.end(), p) != ours.end();
+                               }),
+                pids->end());
     h.other_processes = std::move(*pids);
   }
 }

@@ -130,9 +130,28 @@ std::string far_end(const HealthSnapshot& snap, const LinkHealth& l) {
 }
 
 void nvlink_checks(Sink& s, const GpuHealth& g, const GpuHealth* was, const HealthSnapshot& snap) {
-  int active = 0;
-  for (const LinkHealth& l : g.links) active += l.active.value_or(false);
-  if (g.links.empty() || active == 0) return;  // no NVLink in use: PCIe only
+  const auto active_of = [](const GpuHealth& h) {
+    int n = 0;
+    for (const LinkHealth& l : h.links) n += l.active.value_or(false);
+    return n;
+  };
+  const int active = active_of(g);
+  if (g.links.empty()) return;
+  if (active == 0) {
+    // No NVLink in use is a PCIe-only GPU, unless its links were up before or another GPU of
+    // the node uses its own: then every link of this one is down.
+    const bool was_up = was && active_of(*was) > 0;
+    const GpuHealth* peer = nullptr;
+    for (const GpuHealth& other : snap.gpus)
+      if (other.gpu != g.gpu && active_of(other) > 0) peer = &other;
+    if (!was_up && !peer) return;
+    s.add("FAIL", "NVLink links up", 0,
+          fmt::format(
+              "0 of {} active: every link down{}", g.links.size(),
+              was_up ? " since the run began" : fmt::format(" while GPU {}'s are up", peer->gpu)),
+          "NVLink");
+    return;
+  }
   const std::string subject = s.subject;
   std::string down;
   for (const LinkHealth& l : g.links)

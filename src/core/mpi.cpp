@@ -10,6 +10,7 @@
 
 #ifdef GPUBENCH_HAVE_MPI
 #include <mpi.h>
+#include <unistd.h>
 #endif
 
 namespace gpubench {
@@ -71,6 +72,9 @@ MpiSession::MpiSession() : info_(detect_launch()) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info_.rank, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &info_.local_rank);
   MPI_Comm_size(local, &info_.local_size);
+  const auto pid = static_cast<unsigned>(getpid());
+  info_.node_pids.resize(static_cast<std::size_t>(info_.local_size));
+  MPI_Allgather(&pid, 1, MPI_UNSIGNED, info_.node_pids.data(), 1, MPI_UNSIGNED, local);
   MPI_Comm_free(&local);
   info_.mpi = true;
   g_info = info_;

@@ -129,6 +129,19 @@ TEST(Check, SlowGpuIsAnOutlierEvenAboveItsFloor) {
   EXPECT_EQ(r.results.front().params.value("verdict", ""), "FAIL") << "FAILs come first";
 }
 
+// Of two GPUs each is held against the other: 4000 is 8.7% below 4380 (against the median of
+// both, 4190, it would be 4.5% below and pass the 5% limit).
+TEST(Check, OfTwoGpusTheSlowerIsHeldAgainstTheOther) {
+  Report bw;
+  bw.module = "bandwidth";
+  bw.system = {{"gpus", ojson::array({{{"name", "NVIDIA H200"}}})}};
+  bw.add(hbm_case(0, 4380, 100 * 4380.0 / 4800));
+  bw.add(hbm_case(1, 4000, 100 * 4000.0 / 4800));
+  const Report r = judged(evidence(bw));
+  EXPECT_TRUE(has_check(r, "FAIL", "GPU 1", "outlier"));
+  EXPECT_TRUE(has_check(r, "PASS", "GPU 0", "outlier"));
+}
+
 TEST(Check, VerySlowGpuFailsItsFloor) {
   const Report r = judged(evidence(bandwidth(1, 3600)));
   EXPECT_TRUE(has_check(r, "FAIL", "GPU 1", "floor"));
@@ -150,6 +163,26 @@ TEST(Check, MissingNvlinkFails) {
   EXPECT_EQ(r.verdict->level, "FAIL");
   EXPECT_TRUE(has_check(r, "FAIL", "GPU 1", "NVLink links up"));
   EXPECT_TRUE(has_check(r, "PASS", "GPU 0", "NVLink links up"));
+}
+
+// A GPU whose every link is down is not a PCIe-only GPU when the others use theirs, or when its
+// own were up before the battery; a node without NVLink in use judges no link.
+TEST(Check, EveryNvlinkDownFails) {
+  Evidence e = evidence(bandwidth());
+  for (auto& l : e.after->gpus[3].links) l.active = false;
+  Report r = judged(e);
+  EXPECT_EQ(r.verdict->level, "FAIL");
+  EXPECT_TRUE(has_check(r, "FAIL", "GPU 3", "NVLink links up"));
+  EXPECT_TRUE(has_check(r, "PASS", "GPU 2", "NVLink links up"));
+  for (auto& g : e.after->gpus)
+    for (auto& l : g.links) l.active = false;
+  r = judged(e);  // down since the battery began: the snapshot before had them up
+  EXPECT_TRUE(has_check(r, "FAIL", "GPU 0", "NVLink links up"));
+  for (auto& g : e.before->gpus)
+    for (auto& l : g.links) l.active = false;
+  r = judged(e);  // never up: PCIe only
+  for (const CaseResult& c : r.results)
+    EXPECT_NE(c.params.value("check", ""), "NVLink links up") << c.name;
 }
 
 TEST(Check, NvlinkErrorsDuringTheBatteryAreDeltas) {

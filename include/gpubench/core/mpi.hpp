@@ -12,6 +12,9 @@ struct ProcessInfo {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // among the processes of this node
   std::string launcher;                // "mpirun", "srun" or "" (one process)
+  // Under MPI: the process ids of the job's processes on this node (health checks do not count
+  // them as other processes sharing a GPU); empty in one process.
+  std::vector<unsigned> node_pids;
 };
 
 // The launcher's view from the environment (OMPI_COMM_WORLD_*, PMI_*, SLURM_*), before MPI_Init.

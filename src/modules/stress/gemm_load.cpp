@@ -210,7 +210,11 @@ void GemmLoad::Impl::batch(DtypeState& s, Progress& progress) {
 
 GemmLoad::GemmLoad(int gpu, const std::vector<GemmDtype>& dtypes, bool inject_fault,
                    const GemmLoad* like)
-    : impl_(std::make_unique<Impl>(gpu, inject_fault)) {
+    // The cuBLASLt handle is made on the current device: this GPU's.
+    : impl_([&] {
+        DeviceGuard guard(gpu);
+        return std::make_unique<Impl>(gpu, inject_fault);
+      }()) {
   for (std::size_t i = 0; i < dtypes.size(); ++i)
     impl_->set_up(dtypes[i], like ? &like->impl_->states.at(i)->algo : nullptr);
 }

@@ -81,7 +81,8 @@ struct Evidence {
 };
 
 // Every check of the evidence: floors, outliers (more than `outlier` below the median of the
-// same figure on the node), the reference run's figures when given, failed cases, and health.
+// same figure on the node's other GPUs or pairs), the reference run's figures when given, failed
+// cases, and health.
 std::vector<Check> judge(const Evidence& evidence, const Expectations& expect,
                          const std::vector<Report>* reference, double outlier);
 // The health part of the evidence (its snapshots and XID events; no throttling).
