@@ -168,6 +168,11 @@ StageLinks::StageLinks(StageEdges& edges, int rank, int prev, int next, int devi
   if (table_) publish(group);
 }
 
+std::uint64_t StageLinks::planned_bytes(std::size_t bytes, bool copy_engines) {
+  const std::uint64_t rings = 4ull * kRing * bytes;  // both ways, receive and send sides
+  return copy_engines ? rings + 2 * kWakeBytes + 4 * sizeof(std::uint32_t) : rings;
+}
+
 // Flags zeroed, this stage's rings, flags and wake buffer in the table, then a barrier: every
 // stage's published before any transfer.
 void StageLinks::publish(RankGroup& group) {

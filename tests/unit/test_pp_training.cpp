@@ -7,6 +7,7 @@
 #include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/modules/pp/pp.hpp"
+#include "gpubench/parallel/stage_links.hpp"
 
 using namespace gpubench;
 using namespace gpubench::pp;
@@ -263,4 +264,14 @@ TEST(PpStages, FlopCostsGiveTheFlopSplits) {
   oi.pp = "2";
   const Settings si = resolve_settings(oi, false, 4);
   EXPECT_EQ(training_stage_blocks(si, 2, Schedule::Interleaved, t), (std::vector<int>{32, 32}));
+}
+
+// What a stage's links allocate, counted in its memory check before they are made: two ring
+// buffers each way, receive and send side; over the copy engines also the flags and two 2 MiB
+// wake buffers.
+TEST(PpTraining, StageLinksPlannedBytes) {
+  const std::size_t bytes = 128u << 20;  // 16 sequences x 1024 tokens x 4096 x 2
+  EXPECT_EQ(parallel::StageLinks::planned_bytes(bytes, false), 8ull * bytes);
+  EXPECT_EQ(parallel::StageLinks::planned_bytes(bytes, true),
+            8ull * bytes + 2 * (2u << 20) + 4 * sizeof(std::uint32_t));
 }

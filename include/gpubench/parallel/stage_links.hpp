@@ -98,6 +98,9 @@ class StageLinks {
   // given). prev / next: the neighbouring stages' ranks.
   StageLinks(StageEdges& edges, int rank, int prev, int next, int device, std::size_t bytes,
              ActDtype dtype, CopyEngineTable* table, RankGroup& group);
+  // What one stage's links allocate for transfers of `bytes`: its rings and, over the copy
+  // engines, its flags and wake buffers (for a memory check before they are made).
+  static std::uint64_t planned_bytes(std::size_t bytes, bool copy_engines);
   StageLinks(const StageLinks&) = delete;
   StageLinks& operator=(const StageLinks&) = delete;
 

@@ -429,10 +429,12 @@ TrainingOutcome run_point(const TrainingRun& run, Rank& self, StageSetup& su, in
   stage_chunks(run, stage, su.stage_blocks, first, count);
   TrainStage ts(train_shape(run.s), self.device, first, count, stage == 0, stage == p - 1, seqs);
   std::vector<Op> order = stage_order(run.sch, p, m, run.v, stage);
-  // Memory, before anything is allocated, agreed by every stage.
-  if (std::string why = agreed_memory_check(run.group, self.rank,
-                                            ts.planned_bytes(m, peak_slab_bytes(ts, order)));
-      !why.empty()) {
+  // Memory, before anything is allocated, agreed by every stage: the stage, its links' rings
+  // and the executor's copy of a received gradient.
+  const std::uint64_t need = ts.planned_bytes(m, peak_slab_bytes(ts, order)) +
+                             StageLinks::planned_bytes(ts.transfer_bytes(), run.table != nullptr) +
+                             ts.transfer_bytes();
+  if (std::string why = agreed_memory_check(run.group, self.rank, need); !why.empty()) {
     o.status = "skipped";
     o.note = std::move(why);
     return o;
