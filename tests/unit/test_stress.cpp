@@ -46,10 +46,10 @@ Outcome clean(int gpus) {
   o.elapsed_s = 60;
   for (int i = 0; i < gpus; ++i) o.gpus.push_back(clean_gpu(i));
   for (int i = 0; i < gpus; ++i) {
-    o.links.push_back({-1, i, 50, 64u << 20, 0, 55});
-    o.links.push_back({i, -1, 50, 64u << 20, 0, 55});
+    o.links.push_back({-1, i, 50, 64u << 20, 0, 55, {}});
+    o.links.push_back({i, -1, 50, 64u << 20, 0, 55, {}});
     for (int j = 0; j < gpus; ++j)
-      if (i != j) o.links.push_back({i, j, 50, 64u << 20, 0, 390});
+      if (i != j) o.links.push_back({i, j, 50, 64u << 20, 0, 390, {}});
   }
   return o;
 }
@@ -234,6 +234,20 @@ TEST(StressJudge, LinkErrorsCountAgainstBothEnds) {
   const auto fails = fails_of(judge(host));
   ASSERT_EQ(fails.size(), 1u);
   EXPECT_EQ(fails[0].subject, "host -> GPU 2");
+}
+
+// A peer link's error (a GPU at either end failing mid-copy) fails that link, both its ends and
+// nothing else: the sending GPU's own load goes on.
+TEST(StressJudge, APeerLinkErrorFailsTheLinkNotTheSender) {
+  Outcome o = clean(4);
+  for (LinkOutcome& l : o.links)
+    if (l.src == 0 && l.dst == 2) l.error = "CUDA error: unspecified launch failure";
+  EXPECT_EQ(faulty_set(o), (std::set<int>{0, 2}));
+  const auto fails = fails_of(judge(o));
+  ASSERT_EQ(fails.size(), 1u);
+  EXPECT_EQ(fails[0].subject, "GPU 0 -> GPU 2");
+  EXPECT_NE(fails[0].reason.find("ended by an error after 50 copies"), std::string::npos)
+      << fails[0].reason;
 }
 
 TEST(StressJudge, SlowGpuAgainstTheMedian) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "gpubench/core/errors.hpp"
 #include "gpubench/kernels/memory.cuh"
 #include "gpubench/modules/stress/loads.hpp"
 
@@ -53,12 +54,12 @@ struct LinkLoad::Impl {
         host_receive(kBytes, true),
         start(g),
         stop(g) {
-    to_gpu = {-1, g, 0, kBytes, 0, 0};
-    to_host = {g, -1, 0, kBytes, 0, 0};
+    to_gpu = {-1, g, 0, kBytes, 0, 0, {}};
+    to_host = {g, -1, 0, kBytes, 0, 0, {}};
     for (int p : peer_gpus) {
       auto peer = std::make_unique<Peer>(Peer{p, Stream(p), DeviceBuffer(p, kBytes),
                                               DeviceBuffer(p, sizeof(unsigned long long)),
-                                              LinkOutcome{g, p, 0, kBytes, 0, 0}});
+                                              LinkOutcome{g, p, 0, kBytes, 0, 0, {}}});
       peers.push_back(std::move(peer));
     }
   }
@@ -122,17 +123,24 @@ void LinkLoad::Impl::one_round(Progress& progress) {
   launch_pattern_fill(send.get(), kBytes, seed, stream);
   s = copy(host_receive.get(), send.get(), to_host, true);
   account(to_host, to_host_s, s, wrong_words(host_receive.device_ptr(), seed, tally, stream));
-  // GPU -> each peer, checked on the peer.
+  // GPU -> each peer, checked on the peer. An error there (the peer's GPU failing, say) ends
+  // that link's load and is the link's; this GPU's own errors end its load.
   for (auto& p : peers) {
+    if (!p->out.error.empty()) continue;
     seed = seed_of(round, gpu, p->gpu);
     launch_pattern_fill(send.get(), kBytes, seed, stream);
-    s = copy(p->buffer.get(), send.get(), p->out, false);
-    std::uint64_t wrong = 0;
-    {
-      DeviceGuard on_peer(p->gpu);
-      wrong = wrong_words(p->buffer.get(), seed, p->tally, p->stream);
+    stream.synchronize();
+    try {
+      s = copy(p->buffer.get(), send.get(), p->out, false);
+      std::uint64_t wrong = 0;
+      {
+        DeviceGuard on_peer(p->gpu);
+        wrong = wrong_words(p->buffer.get(), seed, p->tally, p->stream);
+      }
+      account(p->out, p->seconds, s, wrong);
+    } catch (const GpuError& e) {
+      p->out.error = e.what();
     }
-    account(p->out, p->seconds, s, wrong);
   }
   ++round;
   progress.add(t);

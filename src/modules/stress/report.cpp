@@ -52,6 +52,10 @@ void figure_rows(const Outcome& o, Report& r) {
     c.metric("bandwidth", l.GBps, "GB/s");
     c.metric("copies", static_cast<double>(l.copies), "");
     c.metric("wrong_words", static_cast<double>(l.wrong_words), "");
+    if (!l.error.empty()) {  // its figures stopped short: not a bandwidth to hold anything to
+      c.status = "failed";
+      c.note = l.error;
+    }
     r.add(std::move(c));
   }
 }

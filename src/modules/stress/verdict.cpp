@@ -83,6 +83,11 @@ void memory_checks(const GpuOutcome& g, const MemoryOutcome& m, std::vector<Chec
 }
 
 void link_checks(const LinkOutcome& l, std::vector<Check>& out) {
+  if (!l.error.empty()) {
+    out.push_back({"FAIL", "Links", l.name(), "copies", static_cast<double>(l.wrong_words), 0, "",
+                   fmt::format("ended by an error after {} copies: {}", l.copies, l.error)});
+    return;
+  }
   if (l.copies == 0) {
     out.push_back({"WARN", "Links", l.name(), "copies", 0, kNaN, "", "no copy finished"});
     return;

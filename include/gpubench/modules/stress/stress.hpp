@@ -84,6 +84,9 @@ struct LinkOutcome {
   std::uint64_t copies = 0, bytes_each = 0;
   std::uint64_t wrong_words = 0;  // 4-byte words that arrived different, over all copies
   double GBps = 0;                // copy bytes per second of copy time
+  // A peer link's CUDA error (its copy or the check on the peer), which ended that link's load:
+  // it fails the link, not the GPU that sent.
+  std::string error;
   std::string name() const;       // "GPU 0 -> GPU 1", "host -> GPU 2"
 };
 
