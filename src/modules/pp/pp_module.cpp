@@ -368,6 +368,11 @@ class PpModule final : public ResolvingModule<Options, Settings> {
       try {
         r.metric("bubble_stage_times",
                  100 * stage_time_bubble(o.timeline, o.schedule, o.p, o.m, o.v), "%");
+        if (o.transfer_s > 0 && o.transfers > 0)
+          r.metric("bubble_with_transfers",
+                   100 * stage_time_bubble(o.timeline, o.schedule, o.p, o.m, o.v,
+                                           o.transfer_s / o.transfers),
+                   "%");
       } catch (const InputError& e) {
         spdlog::warn("pp: no bubble_stage_times for p {} m {}: {}", o.p, o.m, e.what());
       }

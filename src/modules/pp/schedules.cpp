@@ -97,7 +97,8 @@ double theory_bubble(Schedule s, int p, int m, int v) {
   return (p - 1) / (chunks * m + p - 1);
 }
 
-double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v) {
+double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v,
+                         double transfer_s) {
   if (p < 2) return 0.0;
   if (measured.stages.size() != static_cast<std::size_t>(p))
     throw InputError(fmt::format("stage_time_bubble: {} stages in the timeline, {} expected",
@@ -115,6 +116,7 @@ double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int
     times.forward_s.push_back(f / nf);
     times.backward_s.push_back(b / nb);
   }
+  times.transfer_s = transfer_s;
   return simulate(s, p, m, v, times).bubble;
 }
 

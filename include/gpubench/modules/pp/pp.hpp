@@ -146,12 +146,16 @@ struct Timeline {
 // match.
 Timeline simulate(Schedule s, int p, int m, int v, const OpTimes& times);
 
-// The bubble this schedule would have with free transfers and every operation of a stage taking
-// that stage's mean forward / backward time in `measured` (its spans): the part of a measured
-// bubble that unequal stages explain (the textbook theory assumes equal ones); the rest is
-// waiting (transfers, kernels competing for SMs). 0 for one stage; InputError when a stage of
-// the timeline lacks forward or backward spans.
-double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v);
+// The bubble this schedule would have with every operation of a stage taking that stage's mean
+// forward / backward time in `measured` (its spans) and each hop's transfer `transfer_s`: with
+// free transfers, the part of a measured bubble that unequal stages explain (the textbook theory
+// assumes equal ones); with the measured mean hop, also what the transfers on the schedule's
+// critical path explain (1F1B's steady state has no slack between neighbours: each hop counts
+// once a microbatch, where GPipe overlaps them). The rest is waiting (kernels competing for
+// SMs, streams). 0 for one stage; InputError when a stage of the timeline lacks forward or
+// backward spans, or transfer_s < 0.
+double stage_time_bubble(const Timeline& measured, Schedule s, int p, int m, int v,
+                         double transfer_s = 0);
 
 // What a measured step recorded for one operation of a stage's order, in seconds from the
 // stage's start of the step (-1: not recorded: no receive, no send): when its inputs were
