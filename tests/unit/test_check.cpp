@@ -156,6 +156,25 @@ TEST(Check, SlowPairIsFlagged) {
   EXPECT_TRUE(has_check(r, "PASS", "GPU 1->0", "outlier"));
 }
 
+// Pairs joined differently are held against pairs joined alike: on a node whose GPU 3 talks to
+// the others over PCIe (the rest over NVLink), its pairs are no outliers of the NVLink ones (as
+// they would be against the node's median); a slow PCIe pair still is among its own.
+TEST(Check, PairsAreHeldAgainstPairsOfTheirLink) {
+  Report bw = bandwidth();
+  for (CaseResult& c : bw.results) {
+    const int src = c.params.value("src", -1), dst = c.params.value("dst", -1);
+    if (src < 0) continue;
+    const bool pcie = src == 3 || dst == 3;
+    c.params["link"] = pcie ? "PCIe" : "NVLink x18";
+    if (pcie) c.metrics.front().second.value = src == 3 && dst == 2 ? 40.0 : 52.0;
+  }
+  const Report r = judged(evidence(bw));
+  EXPECT_TRUE(has_check(r, "PASS", "GPU 0->1", "outlier"));
+  EXPECT_TRUE(has_check(r, "PASS", "GPU 0->3", "outlier"));
+  EXPECT_TRUE(has_check(r, "PASS", "GPU 3->0", "outlier"));
+  EXPECT_TRUE(has_check(r, "FAIL", "GPU 3->2", "outlier"));
+}
+
 TEST(Check, MissingNvlinkFails) {
   Evidence e = evidence(bandwidth());
   e.after->gpus[1].links[5].active = false;

@@ -64,10 +64,12 @@ void bandwidth_figures(const Report& r, std::vector<Figure>& out) {
       out.push_back(rate(c, "p2p_unidir", "GPU to GPU, copy engine, one way",
                          fmt::format("GPU {}->{}", param_int(c, "src"), param_int(c, "dst")),
                          "bandwidth", "efficiency"));
+      out.back().cohort = param_text(c, "link");
     } else if (starts_with(c.group, "P2P bidirectional, copy engine")) {
       out.push_back(rate(c, "p2p_bidir", "GPU to GPU, copy engine, both ways",
                          fmt::format("GPU {}<->{}", param_int(c, "a"), param_int(c, "b")),
                          "bandwidth", "efficiency"));
+      out.back().cohort = param_text(c, "link");
     }
   }
 }

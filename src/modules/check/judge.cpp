@@ -46,8 +46,8 @@ void judge_floors(const std::vector<Figure>& figs, const Expectations& expect,
 }
 
 void judge_outliers(const std::vector<Figure>& figs, double share, std::vector<Check>& out) {
-  std::map<std::string, std::vector<const Figure*>> by_key;
-  for (const Figure& f : figs) by_key[f.key].push_back(&f);
+  std::map<std::pair<std::string, std::string>, std::vector<const Figure*>> by_key;
+  for (const Figure& f : figs) by_key[{f.key, f.cohort}].push_back(&f);
   for (const auto& [key, members] : by_key) {
     if (members.size() < 2) continue;
     for (const Figure* f : members) {

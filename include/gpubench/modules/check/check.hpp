@@ -66,6 +66,10 @@ struct Figure {
   std::string unit;
   double pct_of_peak = std::nan("");  // NaN when gpubench knows no peak for it
   bool higher_better = true;
+  // Outliers are judged among the figures of the same key and cohort: a pair's link ("NVLink
+  // x18", "PCIe"), so that a node whose pairs are joined differently holds each pair against
+  // those joined alike; "" for the rest.
+  std::string cohort;
 };
 // The figures of a battery's (or an `all` run's) reports, from verified cases only: a case
 // whose check failed or did not run is never a figure.
