@@ -10,6 +10,7 @@
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/core/peers.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/model/transformer.hpp"
@@ -139,7 +140,7 @@ TEST(AdviseGpu, EveryLayoutOfTwoGpusGeneratesTheSameLogits) {
   RankGroup group(rig.gpus);
   References refs;
   for (bool one_shot : {false, true}) {
-    s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
+    s.small_all_reduces = one_shot && PeerAccess(rig.gpus).all() ? "one-shot" : "nccl";
     if (one_shot != s.one_shot()) continue;
     for (const Layout& l : parallel::every_layout(2, s.model)) {
       const Plan p = plan_of(s, l, Workload::Throughput, 4);
@@ -158,7 +159,7 @@ TEST(AdviseGpu, TwoGpuOverlappedPrefillThroughTheCopyEngines) {
   Rig rig(2);
   Settings s = small();
   s.prompt = 1024;
-  s.small_all_reduces = one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
+  s.small_all_reduces = PeerAccess(rig.gpus).all() ? "one-shot" : "nccl";
   RankGroup group(rig.gpus);
   References refs;
   for (auto [w, batch] : {std::pair{Workload::Latency, 1}, {Workload::Throughput, 4}}) {
@@ -182,7 +183,7 @@ TEST(AdviseGpu, CollectivesAndTransfersOnTwoGpus) {
   n.copy_all_reduces = {{2, 8192}, {2, 8u << 20}};  // the small one through the fallback
   n.transfers = {4, 8192, 8u << 20};
   for (bool one_shot : {false, true}) {
-    s.small_all_reduces = one_shot && one_shot_usable(s, rig.gpus) ? "one-shot" : "nccl";
+    s.small_all_reduces = one_shot && PeerAccess(rig.gpus).all() ? "one-shot" : "nccl";
     if (one_shot != s.one_shot()) continue;
     const Blocks b = calibrate(rig.ctx, s, n);
     ASSERT_EQ(b.all_reduce_s.size(), 2u) << "one-shot " << one_shot;

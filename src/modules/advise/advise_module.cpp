@@ -159,9 +159,11 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   Report run(Context& ctx) override {
     Settings s = resolve_settings(opts_, ctx.quick());
-    // One GPU runs no tensor-parallel all-reduce: its path is left unsaid.
+    // Peer access between every pair: the one-shot kernel and the copy engines can run. One GPU
+    // runs no tensor-parallel all-reduce: its path is left unsaid.
+    const bool peers = ctx.gpus().size() > 1 && PeerAccess(ctx.gpus()).all();
     if (ctx.gpus().size() > 1)
-      s.small_all_reduces = one_shot_usable(s, ctx.gpus()) ? "one-shot" : "nccl";
+      s.small_all_reduces = peers && s.small_collectives != "nccl" ? "one-shot" : "nccl";
     rooflines(ctx, s);
     // A run that does not match is bad input: read before anything is measured.
     const std::optional<Blocks> earlier =
@@ -179,7 +181,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     GpuRoom room;
     room.cc_major = compute_capability_major(ctx.gpus().front());
     room.bytes = gpu_bytes(s, ctx.gpus());
-    room.copy_engines = gpus > 1 && PeerAccess(ctx.gpus()).all();
+    room.copy_engines = peers;
     if (std::find(s.workloads.begin(), s.workloads.end(), Workload::Train) != s.workloads.end())
       room.train = train_footprint(s, ctx.gpus().front());
     std::vector<Question> questions = plan_all(s, gpus, room);

@@ -12,7 +12,6 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/nccl.hpp"
-#include "gpubench/core/peers.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 #include "gpubench/parallel/collectives.hpp"
@@ -258,10 +257,6 @@ std::map<std::uint64_t, double> time_ops(Context& ctx, const Settings& s, int ra
 }
 
 }  // namespace
-
-bool one_shot_usable(const Settings& s, const std::vector<int>& gpus) {
-  return s.small_collectives != "nccl" && gpus.size() > 1 && PeerAccess(gpus).all();
-}
 
 Blocks calibrate(Context& ctx, const Settings& s, const Needs& needs) {
   Blocks blocks;

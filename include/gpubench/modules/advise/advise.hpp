@@ -93,7 +93,9 @@ struct Settings {
   // Tensor-parallel all-reduces of up to parallel::OneShotCollectives::kMaxBytes (decode's), as
   // asked: "auto" or "one-shot" (through the one-shot kernel where the GPUs allow) or "nccl";
   // and what the calibration and the runs take, decided on the GPUs before anything is measured
-  // (one_shot_usable): "one-shot" or "nccl" ("" until then, and on one GPU: NCCL's).
+  // (asked for, and peer access between every pair of the GPUs; a group of more than
+  // kOneShotMaxRanks runs over NCCL, parallel::OneShotGroup, in the calibration as in the runs):
+  // "one-shot" or "nccl" ("" until then, and on one GPU: NCCL's).
   std::string small_collectives = "auto";
   std::string small_all_reduces;
   bool one_shot() const { return small_all_reduces == "one-shot"; }
@@ -107,12 +109,6 @@ struct Settings {
 // sizes or --train-batch outside 1..4096, --seq-len outside 1..1 << 20, --memory < 0, --top
 // outside 0..16, --timeout <= 0, --small-collectives other than auto, nccl or one-shot.
 Settings resolve_settings(const Options& o, bool quick);
-
-// Whether the small all-reduces go through the one-shot kernel on `gpus` (threads of one
-// process; calibrate.cpp): asked for (auto or one-shot), 2 or more GPUs, peer access between
-// every pair. A tensor-parallel group is a subset of them; one of more than kOneShotMaxRanks
-// ranks runs over NCCL (parallel::OneShotGroup), in the calibration as in the runs.
-bool one_shot_usable(const Settings& s, const std::vector<int>& gpus);
 
 // ---------------------------------------------------------------------------------------------
 // Plans: what a layout runs for a workload and batch, and what it holds (plan.cpp)
