@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,26 @@ TEST(AdviseOverlap, Plans) {
   EXPECT_TRUE(contains(two.why_not, "overlapped prefill")) << two.why_not;
   EXPECT_TRUE(contains(plan_of(s, Layout{2, 1, 1}, Workload::Latency, 1, true).why_not,
                        "overlapped prefill"));
+}
+
+// A layout's plain and overlapped plans are one choice: the one ranked first keeps the layout's
+// place; other layouts, another workload's plans and training strategies are not twins.
+TEST(AdviseOverlap, TheTwinRankedLowerIsDropped) {
+  const Settings s = overlap_settings();
+  const Layout tp2{1, 2, 1}, tp4{1, 4, 1};
+  const std::vector<Plan> ranked = {
+      plan_of(s, tp4, Workload::Latency, 1, true), plan_of(s, tp2, Workload::Latency, 1, false),
+      plan_of(s, tp4, Workload::Latency, 1, false), plan_of(s, tp2, Workload::Latency, 1, true),
+      plan_of(s, tp2, Workload::Throughput, 1, false)};
+  EXPECT_EQ(better_twin(ranked, 0), -1);
+  EXPECT_EQ(better_twin(ranked, 1), -1);
+  EXPECT_EQ(better_twin(ranked, 2), 0);
+  EXPECT_EQ(better_twin(ranked, 3), 1);
+  EXPECT_EQ(better_twin(ranked, 4), -1);
+  Plan train = plan_of(s, Layout{2, 1, 1}, Workload::Latency, 2, false);
+  train.workload = Workload::Train;
+  EXPECT_EQ(better_twin({train, train}, 1), -1);
+  EXPECT_THROW(better_twin(ranked, 5), std::out_of_range);
 }
 
 // Its prefill's blocks are the chunked compute and a chunk's all-reduce through the copy

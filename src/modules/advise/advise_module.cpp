@@ -290,7 +290,18 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       std::stable_sort(kept.begin(), kept.end(), [&](const Candidate& a, const Candidate& b) {
         return better(q.workload, a.predicted, b.predicted);
       });
-      q.candidates = kept;
+      // A layout runs its prefill one way: the twin predicted slower is dropped, so the
+      // layouts verified are distinct ones.
+      std::vector<Plan> ranked;
+      for (const Candidate& c : kept) ranked.push_back(c.plan);
+      q.candidates.clear();
+      for (std::size_t i = 0; i < kept.size(); ++i) {
+        if (const int twin = better_twin(ranked, i); twin >= 0)
+          q.dropped.push_back(fmt::format("{}: predicted slower than {}", ranked[i].name(),
+                                          ranked[static_cast<std::size_t>(twin)].name()));
+        else
+          q.candidates.push_back(kept[i]);
+      }
     }
   }
 

@@ -102,21 +102,27 @@ std::string Plan::name() const {
   return fmt::format("{} {}", layout.name(), parallel::to_string(strategy));
 }
 
+double attention_share(const Settings& s, std::int64_t sequences, std::int64_t tokens,
+                       bool forward) {
+  const auto work = [&](int blocks) {
+    return model::stage_work_blocks(s.model, 0, blocks, false, sequences, tokens, s.elem_bytes);
+  };
+  const model::StageWork attention = work(1), layer = work(2);
+  return forward ? attention.forward_flops / layer.forward_flops
+                 : attention.backward_flops / layer.backward_flops;
+}
+
 namespace {
 
 // The buckets of a training plan with their units' compute: a half-layer's share of its layer's
 // forward and backward FLOPs (attention's and the MLP's differ), the head apart.
 std::vector<TrainBucket> train_buckets(const Settings& s, const std::vector<model::TrainParam>& f,
                                        const parallel::ParamPlan& plan) {
-  const auto work = [&](int first, int blocks) {
-    return model::stage_work_blocks(s.model, first, blocks, false, s.train_batch, s.seq_len,
-                                    s.elem_bytes);
-  };
-  const model::StageWork layer = work(0, 2), attention = work(0, 1);
+  const double attention_forward = attention_share(s, s.train_batch, s.seq_len, true);
+  const double attention_backward = attention_share(s, s.train_batch, s.seq_len, false);
   // A half-layer's share of its layer: attention's (even units), or the MLP's, the rest.
   const auto share = [&](int unit, bool forward) {
-    const double a = forward ? attention.forward_flops / layer.forward_flops
-                             : attention.backward_flops / layer.backward_flops;
+    const double a = forward ? attention_forward : attention_backward;
     return unit % 2 == 0 ? a : 1.0 - a;
   };
   const int head_unit = f.back().unit;

@@ -54,15 +54,6 @@ StageWork stage_work(const Settings& s, const Plan& p) {
   return w;
 }
 
-// An attention half's share of a layer's prefill FLOPs at the plan's microbatch and prompt.
-double overlap_attention_share(const Settings& s, const Plan& p) {
-  const auto forward = [&](int blocks) {
-    return model::stage_work_blocks(s.model, 0, blocks, false, p.micro, s.prompt, s.elem_bytes)
-        .forward_flops;
-  };
-  return forward(1) / forward(2);
-}
-
 // A training plan's bucket in bytes.
 std::uint64_t bucket_bytes(const Settings& s, const TrainBucket& b) {
   return static_cast<std::uint64_t>(b.elems) * s.elem_bytes;
@@ -164,6 +155,15 @@ double overlapped_prefill_s(int layers, double layer_s, double attention_share, 
   return std::max(compute, comm);
 }
 
+int better_twin(const std::vector<Plan>& ranked, std::size_t i) {
+  const Plan& p = ranked.at(i);
+  if (p.workload == Workload::Train) return -1;
+  for (std::size_t j = 0; j < i; ++j)
+    if (ranked[j].workload == p.workload && ranked[j].layout == p.layout)
+      return static_cast<int>(j);
+  return -1;
+}
+
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   if (p.workload == Workload::Train) return predict_train(s, p, b);
   const Layout& l = p.layout;
@@ -183,7 +183,7 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
     return l.pp > 1 ? block(b.transfer_s, bytes, fmt::format("transfer of {} bytes", bytes)) : 0.0;
   };
   // An overlapped prefill's layers (their all-reduces within) instead of L x (layer + 2 sums).
-  const auto overlapped = [&, share = overlap_attention_share(s, p)](double layers) {
+  const auto overlapped = [&, share = attention_share(s, p.micro, s.prompt, true)](double layers) {
     const std::uint64_t bytes = overlap_chunk_bytes(s, p.micro);
     const double r =
         block(b.copy_all_reduce_s, std::make_pair(l.tp, bytes),

@@ -194,6 +194,11 @@ struct TrainFootprint {
 Plan make_train_plan(const Settings& s, int gpus, parallel::Strategy k, const TrainFootprint& f,
                      std::uint64_t gpu_bytes);
 
+// An attention half's share of a decoder layer's FLOPs, forward or backward, at `sequences` of
+// `tokens` (model::stage_work_blocks of one half-layer over two); the MLP's is the rest.
+double attention_share(const Settings& s, std::int64_t sequences, std::int64_t tokens,
+                       bool forward);
+
 // Balancing parts before anything is measured: a decode step's HBM bytes of a layer, the
 // embedding row and the head (model::model_cost), which is what decode time follows.
 Parts parts_by_bytes(const Settings& s);
@@ -296,6 +301,12 @@ double overlapped_prefill_s(int layers, double layer_s, double attention_share, 
 // backward (but the last two of the forward), the next prefetched ahead of the reduce-scatter.
 // One GPU runs no collective.
 Prediction predict_train(const Settings& s, const Plan& p, const Blocks& b);
+
+// A layout's plain and overlapped prefill plans are one choice: of inference plans ranked best
+// predicted first, the index of the plan of ranked[i]'s layout ranked before it (the twin that
+// keeps the layout's place), or -1 when ranked[i] is its layout's first. Training plans are
+// never twins (each data-parallel strategy is a choice of its own).
+int better_twin(const std::vector<Plan>& ranked, std::size_t i);
 
 // 100 x (predicted - measured) / measured; InputError when measured <= 0.
 double error_pct(double predicted, double measured);
