@@ -133,6 +133,7 @@ class RankRun {
                                                                *active);
         active = shot_.get();
       }
+      decode_collectives_ = active;
       if (!tp_share.copies.empty()) {
         copied_ = std::make_unique<parallel::CopyEngineCollectives>(*tp_share.copies.at(mine),
                                                                     at_.trank, *active);
@@ -240,8 +241,12 @@ class RankRun {
   }
 
   // Every decode step of every microbatch as a graph of its own (its context, its cache rows).
+  // Decode's collectives are those under the copy engines' (which a capture falls back to), in
+  // the eager step before the captures too: the first NCCL collective of a size, which sets up
+  // NCCL's connections, must not be inside a capture.
   void capture_steps() {
     cudaStream_t st = self_.stream->get();
+    if (copied_) engine_.set_collectives(decode_collectives_);
     const int n = static_cast<int>(s_.prompt);
     for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
       for (int mb = 0; mb < p_.m; ++mb) {
@@ -254,6 +259,7 @@ class RankRun {
         graphs_.back().capture(
             st, [&](cudaStream_t s2) { engine_.decode(ids, b(), context, s2, mb * b()); });
       }
+    if (copied_) engine_.set_collectives(copied_.get());
   }
 
   const Settings& s_;
@@ -265,6 +271,7 @@ class RankRun {
   std::unique_ptr<parallel::NcclCollectives> nccl_;
   std::unique_ptr<parallel::OneShotCollectives> shot_;  // small all-reduces, the rest to nccl_
   std::unique_ptr<parallel::CopyEngineCollectives> copied_;  // overlapped prefill's, eager
+  model::TpCollectives* decode_collectives_ = nullptr;       // shot_ or nccl_
   model::Transformer engine_;
   Stream side_;
   Event start_, ttft_, end_, hidden_sent_, computed_;
