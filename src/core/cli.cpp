@@ -428,7 +428,7 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
   const auto on_stall = [&](Report& stalled) {
     if (!lead) return wait_for_lead();
     deliver(stalled, c, out);
-    return final_exit_code(kExitFailed, out);
+    return final_exit_code(exit_code_of(stalled), out);
   };
   Report r;
   try {

@@ -65,10 +65,14 @@ void Watchdog::stall() {
       std::fprintf(stderr, "gpubench: error: the report of the stalled run failed: %s\n", e.what());
     }
   }
+  end_stuck_process(code);
+}
+
+void end_stuck_process(int code) {
   std::cout.flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  if (p.mpi) abort_job(code);
+  if (process_info().mpi) abort_job(code);
   std::_Exit(code);
 }
 

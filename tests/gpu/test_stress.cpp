@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "gpubench/core/context.hpp"
 #include "gpubench/core/cuda.hpp"
@@ -169,4 +172,46 @@ TEST(Stress, CorruptedPeerCopyMakesThatLinkFail) {
     EXPECT_EQ(l.wrong_words, l.src == gpus[0] && l.dst == gpus[1] ? 1u : 0u) << l.name();
   for (int g : gpus)
     EXPECT_EQ(r.faulty.count(g), g == gpus[0] || g == gpus[1] ? 1u : 0u) << "GPU " << g;
+}
+
+// A GPU whose GEMM load never comes back (a 10-minute kernel) is FAULTY "hung" once its load
+// has made no progress for the hang limit: the other loads stop, the report goes to the stall
+// sink and the process ends with the sink's code; stress never waits on a stuck GPU. The run is
+// a child process (it ends); its sink checks the report and answers 42 when it is right.
+TEST(StressDeathTest, AHungGpuIsFaultyAndTheRunEnds) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::vector<int> gpus = first_gpus(2);
+  const int bad = gpus.back();
+  EXPECT_EXIT(
+      {
+        const auto t0 = std::chrono::steady_clock::now();
+        CommonOptions common;
+        Context ctx(discovered(), gpus, common);
+        ctx.on_stall([&](Report& r) {
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          bool ok = r.verdict && r.verdict->level == "FAIL" && s < 60;
+          for (const CaseResult& c : r.results) {
+            if (c.group != "GPUs") continue;
+            const bool faulty = c.params.value("verdict", "") == "FAULTY";
+            const bool hung = c.note.find("Runs hung: its GEMM load made no progress for 3 s") !=
+                              std::string::npos;
+            ok = ok && (c.name == "GPU " + std::to_string(bad) ? faulty && hung : !faulty);
+            std::fprintf(stderr, "%s: %s %s\n", c.name.c_str(),
+                         c.params.value("verdict", "").c_str(), c.note.c_str());
+          }
+          std::fprintf(stderr, "verdict: %s after %.1f s\n",
+                       r.verdict ? r.verdict->line.c_str() : "none", s);
+          return ok ? 42 : 43;
+        });
+        stress::Settings s = short_settings();
+        s.duration_s = 300;
+        s.hang_s = 3;
+        stress::Faults f;
+        f.hang_gpu = bad;
+        (void)stress::run(ctx, s, f);
+        std::fprintf(stderr, "stress::run returned: the hang went unnoticed\n");
+        std::_Exit(44);
+      },
+      ::testing::ExitedWithCode(42), "verdict: stress FAIL");
 }

@@ -250,6 +250,32 @@ TEST(StressJudge, APeerLinkErrorFailsTheLinkNotTheSender) {
       << fails[0].reason;
 }
 
+// A hung load (its thread never came back: its outcome is what set-up left) makes its GPU
+// FAULTY, named in the verdict with the hang limit; the report's details list it.
+TEST(StressJudge, AHungLoadMakesItsGpuFaulty) {
+  Outcome o = clean(2);
+  EXPECT_FALSE(o.any_hung());
+  o.gpus[1].hung = {"GEMM"};
+  o.gpus[1].gemm[0].iterations = 0;
+  o.gpus[1].gemm[0].tflops = 0;
+  o.settings.hang_s = 60;
+  EXPECT_TRUE(o.any_hung());
+  EXPECT_EQ(faulty_set(o), std::set<int>{1});
+  const auto fails = fails_of(judge(o));
+  ASSERT_EQ(fails.size(), 1u);
+  EXPECT_EQ(fails[0].subject, "GPU 1");
+  EXPECT_EQ(fails[0].what, "hung");
+  const Report r = stress_report(o);
+  EXPECT_EQ(r.verdict->level, "FAIL");
+  EXPECT_NE(
+      r.verdict->line.find("GPU 1 FAULTY (Runs hung: its GEMM load made no progress for 60 s"),
+      std::string::npos)
+      << r.verdict->line;
+  EXPECT_EQ(r.extra["gpus"][1]["hung"], nlohmann::ordered_json::array({"GEMM"}));
+  EXPECT_FALSE(r.extra["gpus"][0].contains("hung"));
+  EXPECT_EQ(r.extra["settings"]["hang_limit_s"], 60);
+}
+
 TEST(StressJudge, SlowGpuAgainstTheMedian) {
   Outcome o = clean(4);
   o.gpus[3].gemm[0].tflops = 700 * 0.88;  // 12% below the others: beyond the 10% allowed

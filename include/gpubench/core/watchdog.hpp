@@ -20,6 +20,11 @@ double seconds_since_progress() noexcept;
 // wait on the others before it takes them for stuck.
 double stall_limit() noexcept;
 
+// Ends the process now with `code`, streams flushed: under mpirun/srun every process of the job
+// (MPI_Abort), else this one alone (_Exit: threads stuck in the driver cannot be joined, so no
+// destructor runs).
+[[noreturn]] void end_stuck_process(int code);
+
 // While it lives, a thread that checks the marks about ten times a second. When the last one is
 // older than limit_s it writes "gpubench: WHAT: no progress for LIMIT s: ..." to stderr, calls
 // on_stall with that reason (the caller writes the report of what finished; its return value is

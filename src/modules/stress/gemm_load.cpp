@@ -11,6 +11,7 @@
 #include "gpubench/core/stats.hpp"
 #include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/kernels/memtest.cuh"
+#include "gpubench/kernels/spin.cuh"
 #include "gpubench/modules/stress/loads.hpp"
 
 namespace gpubench::stress {
@@ -46,16 +47,17 @@ struct DtypeState {
 
 struct GemmLoad::Impl {
   int gpu;
-  bool fault;
+  bool fault, hang;
   CublasLtHandle handle;
   Stream stream;
   DeviceBuffer workspace, tallies;  // CompareTally, then GemmCheckTally
   Event start, stop;
   std::vector<std::unique_ptr<DtypeState>> states;
 
-  Impl(int g, bool inject)
+  Impl(int g, bool inject, bool inject_hang)
       : gpu(g),
         fault(inject),
+        hang(inject_hang),
         stream(g, /*high_priority=*/true),  // before the memory test's blocks (memtest.cu)
         workspace(g, gemm_workspace_bytes(compute_capability_major(g))),
         tallies(g, 256),
@@ -166,6 +168,10 @@ void GemmLoad::Impl::reference_check(DtypeState& s) {
 
 // kRing GEMMs timed with events, then each output compared with the golden copy.
 void GemmLoad::Impl::batch(DtypeState& s, Progress& progress) {
+  if (hang) {  // test hook: a kernel that outlasts any hang limit, once
+    hang = false;
+    launch_busy_wait(std::uint64_t{600} * 1000 * 1000 * 1000, 1, stream);
+  }
   start.record(stream);
   for (DeviceBuffer& d : s.ring)
     s.plan.run(s.algo, s.a.get(), s.b.get(), d.get(), workspace.get(), stream);
@@ -209,11 +215,11 @@ void GemmLoad::Impl::batch(DtypeState& s, Progress& progress) {
 }
 
 GemmLoad::GemmLoad(int gpu, const std::vector<GemmDtype>& dtypes, bool inject_fault,
-                   const GemmLoad* like)
+                   bool inject_hang, const GemmLoad* like)
     // The cuBLASLt handle is made on the current device: this GPU's.
     : impl_([&] {
         DeviceGuard guard(gpu);
-        return std::make_unique<Impl>(gpu, inject_fault);
+        return std::make_unique<Impl>(gpu, inject_fault, inject_hang);
       }()) {
   for (std::size_t i = 0; i < dtypes.size(); ++i)
     impl_->set_up(dtypes[i], like ? &like->impl_->states.at(i)->algo : nullptr);

@@ -137,6 +137,7 @@ nlohmann::ordered_json details_json(const GpuOutcome& g) {
     j["memory_first_wrong"] = wrong;
   }
   if (!g.error.empty()) j["error"] = g.error;
+  if (!g.hung.empty()) j["hung"] = g.hung;
   j["series"] = series_json(g);
   return j;
 }

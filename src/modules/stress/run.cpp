@@ -16,6 +16,7 @@
 #include "gpubench/core/peers.hpp"
 #include "gpubench/core/progress.hpp"
 #include "gpubench/core/system.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "gpubench/modules/stress/loads.hpp"
 
 namespace gpubench::stress {
@@ -46,8 +47,9 @@ void set_up(const System& sys, const Settings& s, const Faults& f, const std::ve
     try {
       if (s.gemm) {
         const auto like = first_of_model.find(model(g));
-        loads[i].gemm = std::make_unique<GemmLoad>(
-            g, s.dtypes, f.gemm_gpu == g, like == first_of_model.end() ? nullptr : like->second);
+        loads[i].gemm =
+            std::make_unique<GemmLoad>(g, s.dtypes, f.gemm_gpu == g, f.hang_gpu == g,
+                                       like == first_of_model.end() ? nullptr : like->second);
         first_of_model.emplace(model(g), loads[i].gemm.get());
       }
       if (s.link) {
@@ -92,24 +94,68 @@ Sample sample_of(int gpu, double t, const Progress::Totals& now, const Progress:
   return s;
 }
 
-// Samples every GPU each period until every load thread has ended; draws the live view.
-void sample_until_done(const std::vector<int>& gpus, std::deque<Progress>& progress,
-                       const std::atomic<int>& running, double duration_s, Clock::time_point t0,
-                       Outcome& o) {
+// One load's thread and what shows it alive: the field of its GPU's progress its work adds to.
+struct LoadRun {
+  std::size_t gpu = 0;  // index into the run's GPUs
+  const char* what = "";
+  double Progress::Totals::*clock = nullptr;
+  std::atomic<bool> done{false};
+  double last = -1;  // the clock when last seen to move
+  Clock::time_point moved;
+  bool hung = false;
+};
+
+// What the load threads share. On a hang it is never freed: the stuck threads still hold it.
+struct RunState {
+  std::deque<Progress> progress;
+  std::deque<LoadRun> loads;
+  std::vector<std::string> errors;  // per GPU, under error_mu
+  std::mutex error_mu;
+  std::atomic<bool> failed{false};
+  Clock::time_point deadline;
+  bool stop() const { return Context::interrupted() || failed.load() || Clock::now() >= deadline; }
+  // Loads not done whose clocks stood still for hang_s become hung (and stop the run); true once
+  // every load is done or hung.
+  bool settle(double hang_s) {
+    const Clock::time_point now = Clock::now();
+    bool waiting = false;
+    for (LoadRun& l : loads) {
+      if (l.done.load() || l.hung) continue;
+      const double c = progress[l.gpu].totals().*l.clock;
+      if (c != l.last) {
+        l.last = c;
+        l.moved = now;
+      } else if (std::chrono::duration<double>(now - l.moved).count() > hang_s) {
+        l.hung = true;
+        failed = true;
+        continue;
+      }
+      waiting = true;
+    }
+    return !waiting;
+  }
+};
+
+// Samples every GPU each period until every load has ended or hung; draws the live view.
+void sample_until_done(const std::vector<int>& gpus, RunState& run, const Settings& s,
+                       Clock::time_point t0, Outcome& o) {
   std::vector<Progress::Totals> last(gpus.size());
   double next_log = kLogPeriod;
-  while (running.load() > 0) {
+  for (LoadRun& l : run.loads) l.moved = t0;
+  bool ended = false;
+  while (!ended) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ended = run.settle(s.hang_s);
     const double t = std::chrono::duration<double>(Clock::now() - t0).count();
     const double last_t = o.gpus.front().series.empty() ? 0 : o.gpus.front().series.back().t;
-    if (t - last_t < kSamplePeriod && running.load() > 0) continue;
+    if (t - last_t < kSamplePeriod && !ended) continue;
     std::vector<std::string> lines;
     for (std::size_t i = 0; i < gpus.size(); ++i) {
-      const Progress::Totals now = progress[i].totals();
-      Sample s = sample_of(gpus[i], t, now, last[i]);
+      const Progress::Totals now = run.progress[i].totals();
+      Sample sample = sample_of(gpus[i], t, now, last[i]);
       last[i] = now;
-      lines.push_back(live_line(gpus[i], s, duration_s));
-      o.gpus[i].series.push_back(std::move(s));
+      lines.push_back(live_line(gpus[i], sample, s.duration_s));
+      o.gpus[i].series.push_back(std::move(sample));
     }
     if (!progress::board(lines) && t >= next_log) {
       for (const std::string& l : lines) spdlog::info("stress: {}", l);
@@ -117,6 +163,31 @@ void sample_until_done(const std::vector<int>& gpus, std::deque<Progress>& progr
     }
   }
   progress::clear_line();
+}
+
+// What the loads saw, into the outcome: a hung load's outcome stays as set-up left it (its
+// thread may still write its own).
+void collect(const std::vector<GpuLoads>& loads, const RunState& run, Outcome& o) {
+  const auto hung = [&](std::size_t i, const char* what) {
+    return std::any_of(run.loads.begin(), run.loads.end(), [&](const LoadRun& l) {
+      return l.gpu == i && l.hung && std::string(l.what) == what;
+    });
+  };
+  for (const LoadRun& l : run.loads)
+    if (l.hung) o.gpus[l.gpu].hung.push_back(l.what);
+  for (std::size_t i = 0; i < loads.size(); ++i) {
+    if (!run.errors[i].empty())
+      o.gpus[i].error += (o.gpus[i].error.empty() ? "" : "; ") + run.errors[i];
+    if (loads[i].gemm && !hung(i, "GEMM")) {
+      std::vector<GemmOutcome> now = loads[i].gemm->outcomes();
+      for (std::size_t k = 0; k < now.size() && k < o.gpus[i].gemm.size(); ++k)
+        now[k].agrees = o.gpus[i].gemm[k].agrees;
+      o.gpus[i].gemm = std::move(now);
+    }
+    if (loads[i].memory && !hung(i, "memory")) o.gpus[i].memory = loads[i].memory->outcome();
+    if (loads[i].link && !hung(i, "link"))
+      for (LinkOutcome& l : loads[i].link->outcomes()) o.links.push_back(std::move(l));
+  }
 }
 
 }  // namespace
@@ -141,66 +212,69 @@ Outcome run(Context& ctx, const Settings& s, const Faults& f) {
   Outcome o;
   o.settings = s;
   const std::vector<int>& gpus = ctx.gpus();
-  for (int g : gpus) o.gpus.push_back(GpuOutcome{g, {}, {}, {}, {}});
+  for (int g : gpus) o.gpus.push_back(GpuOutcome{g, {}, {}, {}, {}, {}});
   o.before = read_health(ctx.system(), gpus);
-  std::vector<GpuLoads> loads(gpus.size());
+  // The loads and what their threads share live on the heap: on a hang they are never freed.
+  auto loads = std::make_unique<std::vector<GpuLoads>>(gpus.size());
+  auto run = std::make_unique<RunState>();
   spdlog::info("stress: setting up {} on {} GPU(s)", s.to_json()["workloads"].dump(), gpus.size());
-  set_up(ctx.system(), s, f, gpus, loads, o);
+  set_up(ctx.system(), s, f, gpus, *loads, o);
   for (std::size_t i = 0; i < gpus.size(); ++i)
-    if (loads[i].gemm) o.gpus[i].gemm = loads[i].gemm->outcomes();
+    if ((*loads)[i].gemm) o.gpus[i].gemm = (*loads)[i].gemm->outcomes();
   compare_first_outputs(o);
 
   XidWatcher xids(ctx.system(), gpus);
-  std::deque<Progress> progress(gpus.size());
-  std::atomic<int> running{0};
-  std::atomic<bool> failed{false};
+  run->progress.resize(gpus.size());
+  run->errors.resize(gpus.size());
   const Clock::time_point t0 = Clock::now();
-  const auto deadline =
+  run->deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.duration_s));
-  const StopFn stop = [&] {
-    return Context::interrupted() || failed.load() || Clock::now() >= deadline;
-  };
   std::vector<std::thread> threads;
-  std::mutex error_mu;
-  const auto launch = [&](std::size_t i, auto* load) {
+  const auto launch = [&](std::size_t i, auto* load, const char* what,
+                          double Progress::Totals::*clock) {
     if (!load) return;
-    ++running;
-    threads.emplace_back([&, i, load] {
+    LoadRun& l = run->loads.emplace_back();
+    l.gpu = i;
+    l.what = what;
+    l.clock = clock;
+    threads.emplace_back([state = run.get(), &l, i, load] {
       try {
-        load->run(stop, progress[i]);
+        load->run([state] { return state->stop(); }, state->progress[i]);
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        o.gpus[i].error += (o.gpus[i].error.empty() ? "" : "; ") + std::string(e.what());
-        failed = true;  // a CUDA error may have left the context unusable: stop everything
+        std::lock_guard<std::mutex> lock(state->error_mu);
+        std::string& error = state->errors[i];
+        error += (error.empty() ? "" : "; ") + std::string(e.what());
+        state->failed = true;  // a CUDA error may have left the context unusable: stop all
       }
-      --running;
+      l.done = true;
     });
   };
   for (std::size_t i = 0; i < gpus.size(); ++i) {
-    launch(i, loads[i].gemm.get());
-    launch(i, loads[i].memory.get());
-    launch(i, loads[i].link.get());
+    launch(i, (*loads)[i].gemm.get(), "GEMM", &Progress::Totals::gemm_s);
+    launch(i, (*loads)[i].memory.get(), "memory", &Progress::Totals::memory_s);
+    launch(i, (*loads)[i].link.get(), "link", &Progress::Totals::link_s);
   }
-  sample_until_done(gpus, progress, running, s.duration_s, t0, o);
-  for (std::thread& t : threads) t.join();
+  sample_until_done(gpus, *run, s, t0, o);
+  for (std::size_t k = 0; k < threads.size(); ++k)
+    if (run->loads[k].hung)
+      threads[k].detach();
+    else
+      threads[k].join();
   o.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   o.interrupted = Context::interrupted();
-
   o.after = read_health(ctx.system(), gpus);
   o.xids = xids.stop();
   o.xid_unavailable = xids.unavailable();
-  for (std::size_t i = 0; i < gpus.size(); ++i) {
-    if (loads[i].gemm) {
-      std::vector<GemmOutcome> now = loads[i].gemm->outcomes();
-      for (std::size_t k = 0; k < now.size() && k < o.gpus[i].gemm.size(); ++k)
-        now[k].agrees = o.gpus[i].gemm[k].agrees;
-      o.gpus[i].gemm = std::move(now);
-    }
-    if (loads[i].memory) o.gpus[i].memory = loads[i].memory->outcome();
-    if (loads[i].link)
-      for (LinkOutcome& l : loads[i].link->outcomes()) o.links.push_back(std::move(l));
-  }
-  return o;
+  std::lock_guard<std::mutex> lock(run->error_mu);
+  collect(*loads, *run, o);
+  if (!o.any_hung()) return o;
+  // A thread stuck in the driver cannot be joined and its GPU's memory cannot be freed under it:
+  // the report goes out now and the process ends.
+  Report r = stress_report(o);
+  r.warn("a load hung: gpubench ended without waiting for it (its GPU may need a reset)");
+  (void)loads.release();
+  (void)run.release();
+  end_stuck_process(ctx.stall(r));
 }
 
 }  // namespace gpubench::stress

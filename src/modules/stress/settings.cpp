@@ -113,8 +113,13 @@ nlohmann::ordered_json Settings::to_json() const {
   if (link) workloads.push_back("link");
   nlohmann::ordered_json types = nlohmann::ordered_json::array();
   for (GemmDtype t : dtypes) types.push_back(to_string(t));
-  return {{"duration_s", duration_s},         {"workloads", workloads},       {"dtypes", types},
-          {"memory_pct", memory_share * 100}, {"outlier_pct", outlier * 100}, {"quick", quick}};
+  return {{"duration_s", duration_s},
+          {"workloads", workloads},
+          {"dtypes", types},
+          {"memory_pct", memory_share * 100},
+          {"outlier_pct", outlier * 100},
+          {"quick", quick},
+          {"hang_limit_s", hang_s}};
 }
 
 }  // namespace gpubench::stress

@@ -128,6 +128,10 @@ std::string LinkOutcome::name() const {
   return gpu_name(src) + " -> " + gpu_name(dst);
 }
 
+bool Outcome::any_hung() const {
+  return std::any_of(gpus.begin(), gpus.end(), [](const GpuOutcome& g) { return !g.hung.empty(); });
+}
+
 std::vector<Check> judge(const Outcome& o) {
   std::vector<Check> out;
   // Each GPU's rate is held against the median of the other GPUs' (of the same dtype).
@@ -139,6 +143,11 @@ std::vector<Check> judge(const Outcome& o) {
     return median_of(r);
   };
   for (const GpuOutcome& g : o.gpus) {
+    for (const std::string& load : g.hung)
+      out.push_back({"FAIL", "Runs", gpu_name(g.gpu), "hung", kNaN, kNaN, "",
+                     fmt::format("its {} load made no progress for {:g} s (a kernel or "
+                                 "copy that never ended)",
+                                 load, o.settings.hang_s)});
     if (!g.error.empty())
       out.push_back({"FAIL", "Runs", gpu_name(g.gpu), "workloads", kNaN, kNaN, "", g.error});
     for (const GemmOutcome& m : g.gemm)

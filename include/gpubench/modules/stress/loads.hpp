@@ -37,8 +37,9 @@ using StopFn = std::function<bool()>;
 class GemmLoad {
  public:
   // `like`: a load of another GPU of the same model whose algorithms this one takes, so the
-  // outputs of the two can be compared bit for bit.
-  GemmLoad(int gpu, const std::vector<GemmDtype>& dtypes, bool inject_fault,
+  // outputs of the two can be compared bit for bit. Test hooks: `inject_fault` flips a bit of
+  // one output; `inject_hang` puts a 10-minute kernel before the first batch.
+  GemmLoad(int gpu, const std::vector<GemmDtype>& dtypes, bool inject_fault, bool inject_hang,
            const GemmLoad* like = nullptr);
   ~GemmLoad();
   void run(const StopFn& stop, Progress& progress);

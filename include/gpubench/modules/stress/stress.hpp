@@ -37,6 +37,9 @@ struct Settings {
   double memory_share = 0.9;  // a fraction
   double outlier = 0.10;      // a fraction
   bool quick = false;
+  // A load that adds nothing to its GPU's progress for this long is hung: one unit of its work
+  // (a batch of GEMMs, a memory-test pass, a round of copies) takes well under a second.
+  double hang_s = 60;
   nlohmann::ordered_json to_json() const;
 };
 
@@ -106,6 +109,9 @@ struct GpuOutcome {
   std::optional<MemoryOutcome> memory;
   std::vector<Sample> series;
   std::string error;                // a workload that could not run, why
+  // Its loads that made no progress for settings.hang_s ("GEMM", "memory", "link"): a kernel or
+  // copy that never ended. Their outcomes are what set-up left (their threads never returned).
+  std::vector<std::string> hung;
 };
 
 struct Outcome {
@@ -117,6 +123,7 @@ struct Outcome {
   std::optional<HealthSnapshot> before, after;
   std::vector<XidWatcher::Event> xids;
   std::string xid_unavailable;
+  bool any_hung() const;
 };
 
 // ---- Judging and the report (host logic) ----
@@ -128,10 +135,11 @@ HealthEvidence health_of(const Outcome& o);
 // that ran the same dtype and algorithm (one model's). A GPU that differs from the majority
 // disagrees; with two that differ, both do (neither can be told right); alone, nothing is set.
 void compare_first_outputs(Outcome& o);
-// Every check of the outcome: per GPU its GEMM outputs (against the first, the first against
-// the reference and the other GPUs), its memory test, its links (a link's errors count against
-// both ends), its sustained GEMM rate against the other GPUs' median (more than `outlier` below
-// FAILs), and health (judge_health). Levels PASS / WARN / FAIL / N/A, subjects "GPU i" or a link.
+// Every check of the outcome: per GPU a hung load (FAIL), its GEMM outputs (against the first, the
+// first against the reference and the other GPUs), its memory test, its links (a link's errors
+// count against both ends), its sustained GEMM rate against the other GPUs' median (more than
+// `outlier` below FAILs), and health (judge_health). Levels PASS / WARN / FAIL / N/A, subjects "GPU
+// i" or a link.
 std::vector<Check> judge(const Outcome& o);
 // GPU index -> the FAIL reasons that make it FAULTY (no entry: OK). A FAIL of a link names both
 // ends; a node-level FAIL (no GPU named) names every GPU.
@@ -151,10 +159,14 @@ struct Faults {
   int memory_gpu = -1;  // one word of this GPU's memory-test region corrupted, once
   // One copy over this link corrupted on arrival, once (-1: the host); both -2: none.
   int link_src = -2, link_dst = -2;
+  int hang_gpu = -1;  // the GEMM load of this GPU runs a kernel that lasts 10 minutes, once
 };
 
 // Runs the workloads on ctx's GPUs for settings.duration_s (or until interrupted) and returns
-// what they saw; a workload that cannot start on a GPU is recorded in its `error`.
+// what they saw; a workload that cannot start on a GPU is recorded in its `error`. A load that
+// hangs (no progress for settings.hang_s) stops the others; its thread, stuck in the driver,
+// cannot be joined, so the report of what the run saw (that GPU FAULTY) goes to ctx.stall() and
+// the process ends there with the sink's exit code (end_stuck_process): run() does not return.
 Outcome run(Context& ctx, const Settings& settings, const Faults& faults = {});
 
 }  // namespace gpubench::stress
