@@ -440,6 +440,11 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
     throw;
   }
   if (r.status == "skipped") throw InputError(fmt::format("{}: {}", m.name(), r.error));
+  if (launch.size > 1 && !m.supports_mpi())
+    r.warn(fmt::format(
+        "{} has no process-per-GPU form: under {} ({} processes) it ran in rank 0 alone, on the "
+        "GPUs that rank sees; run it once per node instead",
+        m.name(), launch.launcher, launch.size));
   // Under MPI a rank whose run broke (a timeout, a GPU error) may have left the others inside a
   // collective or an MPI call: after rank 0's report, end the whole job.
   const bool end_job = proc.mpi && proc.size > 1 && !r.error.empty();

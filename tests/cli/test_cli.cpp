@@ -250,6 +250,21 @@ TEST(Cli, JsonToStdoutIsPureJson) {
   EXPECT_NE(o.out.find("\"module\": \"env\""), std::string::npos);
 }
 
+// Under mpirun a module without a process-per-GPU form runs in rank 0 alone, and says so; the
+// other ranks exit 0 without output.
+TEST(Cli, AModuleOfOneProcessUnderMpirunSaysItRanOnRankZero) {
+  const std::string launch = "CUDA_VISIBLE_DEVICES= OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=";
+  const auto lead = run("env --json - --no-files", launch + "0");
+  EXPECT_EQ(lead.code, 0) << lead.err;
+  EXPECT_NE(lead.out.find("env has no process-per-GPU form: under mpirun (4 processes) it ran "
+                          "in rank 0 alone"),
+            std::string::npos)
+      << lead.out.substr(0, 2000);
+  const auto other = run("env --json - --no-files", launch + "3");
+  EXPECT_EQ(other.code, 0) << other.err;
+  EXPECT_TRUE(other.out.empty()) << other.out.substr(0, 200);
+}
+
 TEST(Cli, AllWithoutGpuRunsEnvAndExitsThree) {
   const auto dir = scratch() / "all_nogpu";
   const auto p =
