@@ -421,6 +421,7 @@ std::vector<InferenceOutcome> run_inference(Context& ctx, const Settings& s, int
   group.run([&](Rank& self) {
     StageSetup su = set_up_stage(run, self);
     for (int m : s.microbatches) {
+      if (group.any(self.rank, Context::interrupted())) break;  // all stages stop together
       InferenceOutcome o = run_point(run, self, su, m);
       if (self.rank == 0) out.push_back(std::move(o));
     }
