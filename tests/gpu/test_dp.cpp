@@ -101,6 +101,7 @@ TEST(DpGpu, EveryStrategyOnOneGpuEqualsTheReferenceStep) {
     // One rank runs the reference's GEMMs on the same data: the same gradients.
     EXPECT_EQ(o.grad_error, 0.0) << to_string(k);
     EXPECT_EQ(o.update_mismatch, 0.0) << to_string(k);
+    EXPECT_LT(o.moment_error, 1e-6) << to_string(k);
     EXPECT_TRUE(o.ranks_agree);
     EXPECT_GT(o.step.median_s(), 0) << to_string(k);
     EXPECT_GT(o.buckets, 1) << to_string(k);
@@ -145,6 +146,7 @@ TEST(DpGpu, EveryStrategyOnTwoGpusMatchesOneGpuOverTheWholeBatch) {
     EXPECT_EQ(o.status, "ok") << to_string(k) << ": " << o.note;
     EXPECT_LE(o.grad_error, kGradTolerance) << to_string(k);
     EXPECT_LE(o.update_mismatch, kUpdateTolerance) << to_string(k);
+    EXPECT_LE(o.moment_error, kGradTolerance) << to_string(k);
     EXPECT_TRUE(o.ranks_agree) << to_string(k);
     EXPECT_GT(o.comm_alone.median_s(), 0) << to_string(k);
   }
@@ -159,4 +161,13 @@ TEST(DpGpu, EveryStrategyOnTwoGpusMatchesOneGpuOverTheWholeBatch) {
   const Outcome o = run_strategy(rig.ctx, s, Strategy::Ddp, 2, s.bucket_bytes, group, flip);
   EXPECT_EQ(o.status, "failed");
   EXPECT_FALSE(o.ranks_agree) << o.note;
+  // AdamW given the summed gradient: step 1's update is the same (about lr x its sign); its
+  // first moment is twice one GPU's.
+  for (Strategy k : kAll) {
+    Faults sum;
+    sum.unscaled = true;
+    const Outcome u = run_strategy(rig.ctx, s, k, 2, s.bucket_bytes, group, sum);
+    EXPECT_EQ(u.status, "failed") << to_string(k);
+    EXPECT_GT(u.moment_error, 0.5) << to_string(k) << ": " << u.note;
+  }
 }

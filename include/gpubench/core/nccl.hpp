@@ -3,6 +3,7 @@
 // collective may be stuck, so a hung run can end).
 #include <nccl.h>
 
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -49,6 +50,24 @@ class NcclComm {
  private:
   void reset() noexcept;
   ncclComm_t comm_ = nullptr;
+};
+
+// Aborts `comm` when the scope it is declared in is left by an exception, before the objects
+// declared ahead of it in that scope are destroyed: buffers that a failed or stuck collective
+// may still use (their cudaFree would wait for it for ever).
+class NcclAbortOnThrow {
+ public:
+  explicit NcclAbortOnThrow(NcclComm& comm) noexcept
+      : comm_(comm), uncaught_(std::uncaught_exceptions()) {}
+  ~NcclAbortOnThrow() {
+    if (std::uncaught_exceptions() > uncaught_) comm_.abort();
+  }
+  NcclAbortOnThrow(const NcclAbortOnThrow&) = delete;
+  NcclAbortOnThrow& operator=(const NcclAbortOnThrow&) = delete;
+
+ private:
+  NcclComm& comm_;
+  int uncaught_;
 };
 
 // Device memory from ncclMemAlloc (the CUDA virtual memory NCCL can register, map to peers and

@@ -614,6 +614,7 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
                        const std::function<void()>& publish) {
     const std::uint64_t after_init = s.memory_report ? used_bytes() : 0;
     const Buffers buffers(self.device, buffer_bytes, s, comm);
+    const NcclAbortOnThrow abort_first(comm);  // a failure aborts before the buffers go
     const std::uint64_t after_buffers = s.memory_report ? used_bytes() : 0;
     std::uint64_t peak = after_buffers;
     const SizeRun z{self, group, comm, s, mo, buffers, n, grank, shots};

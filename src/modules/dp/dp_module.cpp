@@ -246,6 +246,7 @@ class DpModule final : public ResolvingModule<Options, Settings> {
     c.metric("memory_vs_plan_pct",
              100.0 * (static_cast<double>(o.measured_bytes) / o.planned.total() - 1), "%");
     c.metric("grad_error", o.grad_error, "");
+    c.metric("moment_error", o.moment_error, "");
     c.metric("update_mismatch_pct", 100 * o.update_mismatch, "%");
     r.add(c);
   }

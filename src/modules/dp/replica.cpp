@@ -350,7 +350,7 @@ std::vector<TraceSpan> Replica::trace(const Event& start) {
 }
 
 void Replica::optimizer(cudaStream_t st) {
-  const float scale = 1.0f / static_cast<float>(comm_.ranks());
+  const float scale = faults_.unscaled ? 1.0f : 1.0f / static_cast<float>(comm_.ranks());
   auto* master = master_.as<float>();
   auto* m = m_.as<float>();
   auto* v = v_.as<float>();
@@ -410,6 +410,7 @@ Replica::Sample Replica::sample(std::int64_t e) const {
   if (!out.mine) return out;
   out.grad = read_one(grads_.get(), gi, eb_, false, s_.dtype);
   out.master = read_one(master_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
+  out.moment = read_one(m_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
   return out;
 }
 

@@ -112,6 +112,7 @@ struct Outcome {
   // L2), parameter updates against AdamW's from that gradient (share off by more than
   // kUpdateSlack of lr), every bit of the weights (and ddp's master weights) alike on every rank.
   double grad_error = 0, update_mismatch = 0;
+  double moment_error = 0;  // AdamW's first moments against one GPU's, relative L2
   bool ranks_agree = true;
   int buckets = 0;
   std::vector<TraceSpan> trace;  // one more step, rank 0's
@@ -127,10 +128,12 @@ inline constexpr double kUpdateTolerance = 0.02;  // share of parameters beyond 
 
 // Faults a GPU test injects to prove the checks (never reached from options): the reduced
 // gradients of bucket `zero_bucket` zeroed on every rank after their collective; the first
-// weight of rank `flip_rank` changed after its first optimizer step.
+// weight of rank `flip_rank` changed after its first optimizer step; with `unscaled`, AdamW
+// takes the ranks' summed gradients (not their mean).
 struct Faults {
   int zero_bucket = -1;
   int flip_rank = -1;
+  bool unscaled = false;
 };
 
 // One GPU's reference steps made so far, by (GPUs, sequences a GPU): sampled gradients and

@@ -65,8 +65,8 @@ class Replica final : public model::TrainHooks {
   // After a step: the reduced gradient (the sum over the ranks) and the fp32 master weight at
   // flat element e, as this rank holds them (NaN where it does not: another rank's shard).
   struct Sample {
-    bool mine = true;  // false: another rank's shard holds it (grad and master unread)
-    double grad = 0, master = 0;
+    bool mine = true;                         // false: another rank's shard holds it (nothing read)
+    double grad = 0, master = 0, moment = 0;  // moment: AdamW's first moment (m)
   };
   Sample sample(std::int64_t e) const;
   // An order-independent hash of every bit of what each rank holds whole: the weights (not fsdp,
