@@ -207,9 +207,11 @@ TEST(TpChecks, PointWithoutTp1IsConfirmedOnlyByALaterDegree) {
   // Prompt 4096: TP=2 first (unchecked), TP=4 agreed with it. Prompt 8192: TP=2 alone.
   by_t[2] = {point(2, "unchecked", 0, 4096), point(2, "unchecked", 0, 8192)};
   by_t[4] = {point(4, "ok", 2, 4096)};
+  by_t[4][0].check_error = 0.0123;
   confirm_across_degrees(by_t);
   EXPECT_EQ(by_t[2][0].status, "ok");
   EXPECT_EQ(by_t[2][0].checked_against, 4);
+  EXPECT_EQ(by_t[2][0].check_error, 0.0123);  // the comparison that confirmed it
   EXPECT_NE(by_t[2][0].note.find("checked against TP=4"), std::string::npos);
   EXPECT_EQ(by_t[2][1].status, "unchecked");  // nothing checked it
   // A later degree that failed its check confirms nothing.

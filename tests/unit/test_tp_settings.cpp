@@ -214,9 +214,15 @@ TEST(TpSettings, MicroAndSequenceParallel) {
   sp.sequence_parallel = true;
   sp.seq_lens = "1000";
   sp.tp = "16";
-  EXPECT_TRUE(has(error_of(sp), "--seq-lens: 1000 tokens do not split over --tp 16"));
+  EXPECT_TRUE(has(error_of(sp), "--seq-lens: batch 1 x 1000 tokens do not split over --tp 16"));
   sp.tp = "8";
   EXPECT_EQ(error_of(sp), "");
+  // The prefill that fills a decode point's cache is split too; rows, not tokens, must divide.
+  sp.contexts = "2047";
+  EXPECT_TRUE(has(error_of(sp), "--contexts: batch 1 x 2047 tokens do not split over --tp 8"));
+  sp.batch_sizes = "8";
+  EXPECT_EQ(error_of(sp), "");
+  sp.contexts = "";
   EXPECT_TRUE(resolve_settings(sp, false, 0).sequence_parallel);
 }
 

@@ -127,7 +127,9 @@ class OneShotGroup {
   bool peers_ok() const noexcept { return peers_ok_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   const OneShotPeers& peers(int rank) const { return peers_.at(static_cast<std::size_t>(rank)); }
-  // Whether a wait of `rank`'s for a peer timed out (a synchronous read of its error word).
+  // Whether a wait of `rank`'s for a peer timed out in any all-reduce so far (a synchronous read
+  // of its error word). Sticky: after a timeout the ranks' flags and counters are out of step,
+  // so no later sum through the group can be trusted.
   bool timed_out(int rank) const;
 
  private:

@@ -171,6 +171,7 @@ void confirm_across_degrees(std::map<int, std::vector<Outcome>>& by_degree) {
               l.batch == o.batch && l.length == o.length) {
             o.status = "ok";
             o.checked_against = later_t;
+            o.check_error = l.check_error;  // the one comparison made: theirs
             o.note = fmt::format("TP=1 did not run this point: checked against TP={}", later_t);
           }
     }

@@ -84,6 +84,7 @@ struct RankCollectives {
   std::unique_ptr<parallel::CopyEngineCollectives> copied;
   const parallel::OneShotGroup* shots = nullptr;
   model::TpCollectives* active = nullptr;
+  model::TpCollectives* small = nullptr;  // what the copy engines fall back to (decode's)
 };
 
 void make_rank_collectives(const Settings& s, int t, RankGroup& group, Rank& self,
@@ -107,11 +108,10 @@ void make_rank_collectives(const Settings& s, int t, RankGroup& group, Rank& sel
   rc.shots = shots ? shots : rc.ipc.get();
   if (rc.shots)
     rc.shot = std::make_unique<parallel::OneShotCollectives>(*rc.shots, self.rank, *rc.nccl);
-  model::TpCollectives* small =
-      rc.shot ? static_cast<model::TpCollectives*>(rc.shot.get()) : rc.nccl.get();
+  rc.small = rc.shot ? static_cast<model::TpCollectives*>(rc.shot.get()) : rc.nccl.get();
   if (copies)
-    rc.copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *small);
-  rc.active = rc.copied ? static_cast<model::TpCollectives*>(rc.copied.get()) : small;
+    rc.copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *rc.small);
+  rc.active = rc.copied ? static_cast<model::TpCollectives*>(rc.copied.get()) : rc.small;
 }
 
 // Everything a point of one batch needs: the rank, its engine and collectives, the settings.
@@ -129,6 +129,12 @@ struct PointRun {
   DeviceBuffer& scratch;  // the standalone all-reduce's buffer
   std::int64_t batch;
 };
+
+// The collectives a point's steps call: prefill's the copy engines' (when asked for), decode's
+// those its graph captures.
+model::TpCollectives* point_collectives(const RankCollectives& rc, bool prefill) {
+  return prefill || !rc.copied ? rc.active : rc.small;
+}
 
 // Rank 0's logits against the reference (TP=1's, else the first degree's): the error in
 // *error, and `o` failed beyond the limit; the first degree to run a point becomes its
@@ -168,7 +174,7 @@ void time_collective_alone(const PointRun& p, Outcome& o, bool prefill, std::int
   void* buf = p.scratch.get();
   const auto chunk = static_cast<std::int64_t>(elems) / p.t;
   const bool split_rows = p.s.sequence_parallel && prefill;
-  model::TpCollectives* active = p.rc.active;
+  model::TpCollectives* active = point_collectives(p.rc, prefill);
   const ActDtype dtype = p.eo.dtype;
   auto collective = [&](cudaStream_t s2) {
     if (split_rows) {
@@ -217,7 +223,7 @@ void time_parts(const PointRun& p, Outcome& o, bool prefill, const std::int32_t*
   p.engine.set_collectives(&none);
   CudaGraph bare;
   bare.capture(st, [&](cudaStream_t s2) { p.engine.decode(next, b, n, s2); });
-  p.engine.set_collectives(p.rc.active);
+  p.engine.set_collectives(point_collectives(p.rc, false));
   o.no_comm_s = p.group
                     .measure(
                         p.self, [&](cudaStream_t s2, int) { bare.launch(s2); }, p.step_mo)
@@ -225,12 +231,16 @@ void time_parts(const PointRun& p, Outcome& o, bool prefill, const std::int32_t*
 }
 
 // One point: the step checked, then timed (the slowest rank per iteration; decode from a CUDA
-// graph; prefill also in overlap chunks when asked), its parts, the collective alone.
+// graph; prefill also in overlap chunks when asked), its parts, the collective alone. Decode runs
+// the collectives its graph captures (never the copy engines) in its eager steps too, so that
+// what is checked is what is timed and no NCCL collective is first called inside a capture.
 void run_point(const PointRun& p, Outcome& o) {
   cudaStream_t st = p.self.stream->get();
   const int b = static_cast<int>(p.batch), n = static_cast<int>(o.length);
   const bool prefill = o.phase == model::Phase::Prefill;
   model::Transformer& engine = p.engine;
+  if (p.rc.active) engine.set_collectives(point_collectives(p.rc, prefill));
+  const std::int64_t copied = p.rc.copied ? p.rc.copied->copied() : 0;
   if (p.self.rank == 0)
     progress::next(fmt::format("t={} {} batch {} {} {}", p.t, model::to_string(o.phase), p.batch,
                                prefill ? "prompt" : "context", o.length));
@@ -243,6 +253,8 @@ void run_point(const PointRun& p, Outcome& o) {
     engine.decode(next, b, n, st);
   }
   GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  // The row names the collectives its checked step went through.
+  if (p.rc.copied && p.rc.copied->copied() == copied) o.collectives = "nccl";
   check_logits(p, o, o.length, &o.check_error, "");
   if (prefill) {
     o.attention_path = engine.attention_path();
@@ -279,19 +291,24 @@ void run_point(const PointRun& p, Outcome& o) {
     GPB_CUDA_CHECK(cudaStreamSynchronize(st));
     if (p.group.any(p.self.rank, p.rc.shots->timed_out(p.self.rank))) {
       o.status = "failed";
-      o.note = "one-shot all-reduce: a rank waited for a peer past the time limit";
+      o.note =
+          "one-shot all-reduce: a rank waited for a peer past the time limit (here or at an "
+          "earlier point: the ranks' flags are out of step since)";
     }
   }
 }
 
-// This rank's engine for a batch; null on every rank when any rank could not build its own
-// (out of memory, say): all skip the batch together rather than wait in a collective for the
-// one that stopped, and `why` says why (on rank 0).
+// This rank's engine for a batch and the standalone collective's buffer (`scratch_bytes`, into
+// `scratch`); null on every rank when any rank could not build its own (out of memory, say):
+// all skip the batch together rather than wait in a collective for the one that stopped, and
+// `why` says why (on rank 0).
 std::unique_ptr<model::Transformer> build_engine(const Settings& s, const model::EngineOptions& eo,
-                                                 RankGroup& group, Rank& self, std::string& why) {
+                                                 RankGroup& group, Rank& self, std::string& why,
+                                                 std::size_t scratch_bytes, DeviceBuffer& scratch) {
   std::unique_ptr<model::Transformer> built;
   try {
     built = std::make_unique<model::Transformer>(s.model, eo, self.device);
+    scratch = DeviceBuffer(self.device, scratch_bytes);
   } catch (const GpuError& e) {
     why = e.what();
   } catch (const InputError& e) {
@@ -352,7 +369,10 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       eo.sequence_parallel = s.sequence_parallel;
       eo.overlap_chunks = s.overlap && !s.sequence_parallel && t > 1 ? s.overlap_chunks : 1;
       std::string why;
-      const std::unique_ptr<model::Transformer> built = build_engine(s, eo, group, self, why);
+      DeviceBuffer scratch;
+      const std::unique_ptr<model::Transformer> built = build_engine(
+          s, eo, group, self, why,
+          t > 1 ? static_cast<std::size_t>(batch * max_prompt * H * 2) : std::size_t{16}, scratch);
       if (!built) {
         if (self.rank == 0) {
           auto skip = [&](model::Phase phase, std::int64_t len) {
@@ -368,8 +388,6 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       }
       built->set_overlap_chunks(1);  // built for overlap chunks, but each point runs whole first
       if (rc.active) built->set_collectives(rc.active);
-      DeviceBuffer scratch(self.device, t > 1 ? static_cast<std::size_t>(batch * max_prompt * H * 2)
-                                              : std::size_t{16});
       const PointRun p{s,  t,         group,   self,    *built,  eo,
                        rc, reference, step_mo, comm_mo, scratch, batch};
       const auto point = [&](model::Phase phase, std::int64_t len) {

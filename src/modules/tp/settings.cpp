@@ -120,16 +120,20 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
                     "that far",
                     longest, s.model.name, s.model.max_positions));
 
-  // Sequence parallelism splits each prompt's tokens over the ranks (Megatron's [s/t, b, h]).
+  // Sequence parallelism splits a prefill's rows (batch x tokens) over the ranks (Megatron's
+  // [s/t, b, h]): the measured prompts' and the prefills that fill the decode points' caches.
   s.sequence_parallel = o.sequence_parallel;
   if (s.sequence_parallel)
     for (int t : s.tp)
-      for (std::int64_t l : s.seq_lens)
-        if (l % t != 0)
-          throw InputError(
-              fmt::format("--seq-lens: {} tokens do not split over --tp {} "
-                          "(--sequence-parallel gives each rank whole tokens)",
-                          l, t));
+      for (std::int64_t b : s.batch_sizes)
+        for (const auto& [flag, lens] :
+             {std::make_pair("--seq-lens", &s.seq_lens), std::make_pair("--contexts", &s.contexts)})
+          for (std::int64_t l : *lens)
+            if ((b * l) % t != 0)
+              throw InputError(
+                  fmt::format("{}: batch {} x {} tokens do not split over --tp {} "
+                              "(--sequence-parallel gives each rank whole tokens)",
+                              flag, b, l, t));
 
   s.micro = parse_micro(o.micro);
   if (o.micro_size < 1 || o.micro_size > kMaxMicroSize)
