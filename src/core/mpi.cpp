@@ -9,8 +9,11 @@
 #include "gpubench/core/errors.hpp"
 
 #ifdef GPUBENCH_HAVE_MPI
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <unistd.h>
+
+#include <array>
 #endif
 
 namespace gpubench {
@@ -18,6 +21,12 @@ namespace gpubench {
 namespace {
 
 ProcessInfo g_info;
+#ifdef GPUBENCH_HAVE_MPI
+MPI_Comm g_local = MPI_COMM_NULL;  // this node's processes
+// any_process's own: a process that agrees while the others are still inside a module's
+// collective on MPI_COMM_WORLD waits for them, never matching one of theirs.
+MPI_Comm g_agree = MPI_COMM_NULL;
+#endif
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -39,9 +48,11 @@ ProcessInfo detect_launch() {
     p.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     p.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     p.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-  } else if (std::getenv("SLURM_STEP_NUM_TASKS") || std::getenv("SLURM_NTASKS")) {
+  } else if (std::getenv("SLURM_STEP_NUM_TASKS")) {
+    // srun's step; SLURM_NTASKS alone is the allocation's (a batch script or salloc shell
+    // running gpubench directly: one process).
     p.launcher = "srun";
-    p.size = env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", 1));
+    p.size = env_int("SLURM_STEP_NUM_TASKS", 1);
     p.rank = env_int("SLURM_PROCID", 0);
     p.local_rank = env_int("SLURM_LOCALID", 0);
     p.local_size = env_int("SLURM_STEP_TASKS_PER_NODE", env_int("SLURM_NTASKS_PER_NODE", p.size));
@@ -67,15 +78,18 @@ MpiSession::MpiSession() : info_(detect_launch()) {
   initialised_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &info_.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &info_.size);
+  if (info_.size <= 1) {  // the environment said several, MPI says one: one process
+    info_ = ProcessInfo{};
+    return;
+  }
   // Local rank from the shared-memory split: right on every launcher.
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info_.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &info_.local_rank);
-  MPI_Comm_size(local, &info_.local_size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_agree);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info_.rank, MPI_INFO_NULL, &g_local);
+  MPI_Comm_rank(g_local, &info_.local_rank);
+  MPI_Comm_size(g_local, &info_.local_size);
   const auto pid = static_cast<unsigned>(getpid());
   info_.node_pids.resize(static_cast<std::size_t>(info_.local_size));
-  MPI_Allgather(&pid, 1, MPI_UNSIGNED, info_.node_pids.data(), 1, MPI_UNSIGNED, local);
-  MPI_Comm_free(&local);
+  MPI_Allgather(&pid, 1, MPI_UNSIGNED, info_.node_pids.data(), 1, MPI_UNSIGNED, g_local);
   info_.mpi = true;
   g_info = info_;
 #else
@@ -88,6 +102,8 @@ MpiSession::MpiSession() : info_(detect_launch()) {
 
 MpiSession::~MpiSession() {
 #ifdef GPUBENCH_HAVE_MPI
+  if (g_local != MPI_COMM_NULL) MPI_Comm_free(&g_local);
+  if (g_agree != MPI_COMM_NULL) MPI_Comm_free(&g_agree);
   if (initialised_) MPI_Finalize();
 #endif
   g_info = ProcessInfo{};
@@ -102,21 +118,58 @@ int rank_count(const std::vector<int>& gpus) {
   return p.mpi ? p.size : static_cast<int>(gpus.size());
 }
 
+bool repeats(const std::vector<std::string>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::size_t j = i + 1; j < ids.size(); ++j)
+      if (ids[i] == ids[j]) return true;
+  return false;
+}
+
+namespace {
+
+// Whether two of this node's processes drive one physical GPU: each gives its GPU's PCI bus id
+// (processes may see different GPUs under one index: srun --gpus-per-task, CUDA_VISIBLE_DEVICES
+// set per rank). Without an id to compare, more processes than selected GPUs share.
+bool shared_on_node(int gpu, std::size_t selected) {
+  const ProcessInfo& p = process_info();
+#ifdef GPUBENCH_HAVE_MPI
+  if (p.mpi && g_local != MPI_COMM_NULL) {
+    constexpr int kLen = 32;
+    std::array<char, kLen> mine{};
+    if (cudaDeviceGetPCIBusId(mine.data(), kLen - 1, gpu) != cudaSuccess) mine.fill('\0');
+    std::vector<char> all(static_cast<std::size_t>(kLen) * p.local_size);
+    MPI_Allgather(mine.data(), kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, g_local);
+    std::vector<std::string> ids;
+    bool known = true;
+    for (int r = 0; r < p.local_size; ++r) {
+      ids.emplace_back(all.data() + static_cast<std::size_t>(r) * kLen);
+      known = known && !ids.back().empty();
+    }
+    if (known) return repeats(ids);
+  }
+#endif
+  (void)gpu;
+  return p.local_size > static_cast<int>(selected);
+}
+
+}  // namespace
+
 int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy) {
   const ProcessInfo& p = process_info();
   if (gpus.empty()) throw InputError("no GPU selected");
-  if (p.local_size > static_cast<int>(gpus.size()) && !allow_shared)
+  const int gpu = gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
+  if (shared_on_node(gpu, gpus.size()) && !allow_shared)
     throw InputError(fmt::format(
         "{} processes on this node but {} GPU(s) selected: one GPU per process{}", p.local_size,
         gpus.size(), remedy));
-  return gpus[static_cast<std::size_t>(p.local_rank) % gpus.size()];
+  return gpu;
 }
 
 bool any_process(bool value) {
 #ifdef GPUBENCH_HAVE_MPI
   if (g_info.mpi) {
     int mine = value ? 1 : 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, g_agree);
     return any != 0;
   }
 #endif

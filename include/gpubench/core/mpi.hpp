@@ -45,10 +45,14 @@ const ProcessInfo& process_info();
 int rank_count(const std::vector<int>& gpus);
 
 // Under mpirun/srun: this process's GPU among the selected `gpus` (its node-local rank modulo
-// their count). InputError when none is selected, or when the node runs more processes than
-// GPUs are selected and `allow_shared` is false: "N processes on this node but M GPU(s)
-// selected: one GPU per process" followed by `remedy` (e.g. " (or --allow-shared-gpus)").
+// their count); every process of the job must call it at the same point (the node's processes
+// compare their GPUs' PCI bus ids). InputError when none is selected, or when two processes of
+// the node would drive one GPU (a process may see a GPU of its own: srun --gpus-per-task=1) and
+// `allow_shared` is false: "N processes on this node but M GPU(s) selected: one GPU per process"
+// followed by `remedy` (e.g. " (or --allow-shared-gpus)").
 int process_gpu(const std::vector<int>& gpus, bool allow_shared, const std::string& remedy = "");
+// Whether any id appears twice.
+bool repeats(const std::vector<std::string>& ids);
 
 // Whether `value` holds in any process of the job (every process must call it at the same
 // point); `value` itself in one process.

@@ -211,7 +211,7 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
     std::vector<std::uint64_t> sizes =
         sweep_sizes(s.min_bytes, s.max_bytes, s.step_factor, s.step_bytes, 1);
     Report r = std::move(pre);
-    const std::uint64_t fits = max_fitting_size(s, world_gpus, n);
+    const std::uint64_t fits = agreed(*group, max_fitting_size(s, world_gpus, n));
     if (!sizes.empty() && sizes.back() > fits) {
       r.warn(fmt::format("sizes above {} do not fit in GPU memory and were left out",
                          format_bytes(fits)));
@@ -237,7 +237,7 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
     facts.nranks = n;
     facts.groups = s.split;
     facts.all_roots = s.all_roots;
-    link_peak(ctx.system(), world_gpus, facts);
+    link_peak(ctx.system(), proc.mpi ? node_gpus(ctx, proc) : world_gpus, facts);
     r.extra["process_model"] = proc.mpi ? fmt::format("{} (one process per GPU)", proc.launcher)
                                         : std::string("one process, a thread per GPU");
     r.extra["ranks"] = world;
@@ -321,7 +321,7 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
   }
 
   // The ranks: this process's GPU under MPI, every selected GPU otherwise (the first -t x -g of
-  // them when given); world_gpus is cut to the GPUs of this process's ranks.
+  // them when given); world_gpus is cut to the GPUs of this process's ranks (under MPI its one).
   static std::unique_ptr<RankGroup> make_group(Context& ctx, const Settings& s,
                                                std::vector<int>& world_gpus) {
     const bool mpi = process_info().mpi;
@@ -333,9 +333,11 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
                                      world_gpus.size()));
       if (!mpi) world_gpus.resize(static_cast<std::size_t>(s.gpus_per_process));
     }
-    if (mpi)
-      return RankGroup::over_mpi(
-          process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)"));
+    if (mpi) {
+      const int gpu = process_gpu(ctx.gpus(), s.allow_shared_gpus, " (or --allow-shared-gpus)");
+      world_gpus = {gpu};  // this process touches its own GPU only
+      return RankGroup::over_mpi(gpu);
+    }
     return std::make_unique<RankGroup>(world_gpus);
   }
 
@@ -380,6 +382,27 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
     if (mpi) return;
     shots = std::make_unique<parallel::OneShotGroup>(gpus, sizes.back());
     if (!shots->peers_ok()) throw GpuError(kNoOneShot);
+  }
+
+  // The least of every rank's `value` (every process calls it under MPI: the sweep's sizes must
+  // be the same on every rank, or their collectives would not pair up).
+  static std::uint64_t agreed(RankGroup& group, std::uint64_t value) {
+    if (!group.is_mpi()) return value;
+    std::uint64_t least = value;
+    group.run([&](Rank& self) {
+      const auto all = group.all_gather(self.rank, static_cast<double>(value));
+      least = static_cast<std::uint64_t>(*std::min_element(all.begin(), all.end()));
+    });
+    return least;
+  }
+
+  // Under MPI, the GPUs the ranks use when the job is on one node (the first of its selected
+  // GPUs, a process each), for the link peak; none across nodes (the network is not known).
+  static std::vector<int> node_gpus(Context& ctx, const ProcessInfo& proc) {
+    if (proc.size != proc.local_size) return {};
+    std::vector<int> g = ctx.gpus();
+    g.resize(std::min(g.size(), static_cast<std::size_t>(proc.local_size)));
+    return g;
   }
 
   // Largest size whose buffers fit on every selected GPU next to NCCL's own.
