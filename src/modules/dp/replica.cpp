@@ -411,6 +411,7 @@ Replica::Sample Replica::sample(std::int64_t e) const {
   out.grad = read_one(grads_.get(), gi, eb_, false, s_.dtype);
   out.master = read_one(master_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
   out.moment = read_one(m_.get(), k_ == Strategy::Ddp ? e : si, 4, true, s_.dtype);
+  out.weight = read_one(weights_.get(), k_ == Strategy::Fsdp ? si : e, eb_, false, s_.dtype);
   return out;
 }
 

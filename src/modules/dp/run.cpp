@@ -91,6 +91,7 @@ std::vector<double> reference_samples(const Settings& s, const ParamPlan& plan,
 struct Tallies {
   double grad_err2 = 0, grad_ref2 = 0, moment_err2 = 0, moment_ref2 = 0, mismatched = 0,
          compared = 0;
+  double weights_off = 0;  // sampled weights that are not their master weight, rounded
   bool finite = true;
 };
 
@@ -103,6 +104,10 @@ Tallies compare_samples(const Settings& s, const Replica& rep,
     const Replica::Sample got = rep.sample(positions[k]);
     if (!got.mine) continue;  // another rank's shard
     if (!std::isfinite(got.grad) || !std::isfinite(got.master)) t.finite = false;
+    // The weight the next step computes with (zero1/zero2: all-gathered from its owner) is the
+    // master rounded to the activations' type: within half an ulp of bf16 (2^-9), fp16 finer.
+    if (std::fabs(got.weight - got.master) > std::ldexp(std::fabs(got.master), -8))
+      t.weights_off += 1;
     if (ref.empty()) continue;
     const double g = ref[2 * k], w0 = ref[2 * k + 1];
     t.grad_err2 += (got.grad - g) * (got.grad - g);
@@ -126,9 +131,10 @@ double sum(const std::vector<double>& v) {
 }
 
 // Step 1 from the shared initial weights, checked: the gradient GEMMs on the way, every sampled
-// gradient and master weight finite, the reduced gradients against the reference, the updates
-// against AdamW's from the reference gradient, the weights alike on every rank (not fsdp, whose
-// ranks hold their shards only).
+// gradient and master weight finite, each sample's weight (all-gathered where sharded) its
+// master rounded, every sample compared by its owner(s), the reduced gradients against the
+// reference, AdamW's first moments and updates against those from the reference gradient, the
+// weights alike on every rank (not fsdp, whose ranks hold their shards only).
 void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector<double>& ref,
                   const std::vector<std::int64_t>& positions, Rank& self, RankGroup& group,
                   Outcome& o) {
@@ -148,6 +154,7 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
   const double mismatched = sum(group.all_gather(self.rank, t.mismatched));
   const double compared = sum(group.all_gather(self.rank, t.compared));
   const double not_finite = sum(group.all_gather(self.rank, t.finite ? 0.0 : 1.0));
+  const double weights_off = sum(group.all_gather(self.rank, t.weights_off));
   const double gemm = sum(group.all_gather(self.rank, gemm_bad));
   // Every bit of the state every rank holds whole (the halves of a 64-bit hash are exact in a
   // double).
@@ -165,8 +172,19 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
     why = "a gradient GEMM's entries were outside tolerance";
   else if (not_finite > 0)
     why = "a gradient or master weight is not finite";
-  else if (!ref.empty() && compared == 0)
-    why = "no sampled element was compared with one GPU's step";
+  else if (weights_off > 0)
+    why = fmt::format(
+        "{:.0f} sampled weights differ from their master weights after the step (the update "
+        "or its all-gather put them elsewhere)",
+        weights_off);
+  else if (const double want =
+               static_cast<double>(positions.size()) * (k == Strategy::Ddp ? group.size() : 1);
+           !ref.empty() && compared != want)
+    // ddp: every rank holds every sample; else each sample's owner alone.
+    why = fmt::format(
+        "{:.0f} sampled elements were compared with one GPU's step, not {:.0f}: a shard no rank "
+        "holds, or one that two do",
+        compared, want);
   else if (!o.ranks_agree)
     why = k == Strategy::Ddp ? "the ranks' weights or master weights differ after the step"
                              : "the ranks' weights differ after the step";

@@ -67,6 +67,7 @@ class Replica final : public model::TrainHooks {
   struct Sample {
     bool mine = true;                         // false: another rank's shard holds it (nothing read)
     double grad = 0, master = 0, moment = 0;  // moment: AdamW's first moment (m)
+    double weight = 0;  // the low-precision weight the next step computes with (gathered)
   };
   Sample sample(std::int64_t e) const;
   // An order-independent hash of every bit of what each rank holds whole: the weights (not fsdp,
