@@ -458,11 +458,12 @@ int cmd_module(Module& m, const std::vector<std::string>& cli_args, const std::s
     return exit_code_of(r);
   }
   deliver(r, c, out);
+  const int code = final_exit_code(exit_code_of(r), out);
   if (end_job) {
     std::cout.flush();
-    abort_job(kExitFailed);
+    abort_job(code);  // a signal's code, or 4 when the report could not be written, stand
   }
-  return final_exit_code(exit_code_of(r), out);
+  return code;
 }
 
 // Runs one module of `all`; a module that cannot run becomes a failed report.
