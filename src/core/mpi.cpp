@@ -78,9 +78,13 @@ MpiSession::MpiSession() : info_(detect_launch()) {
   initialised_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &info_.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &info_.size);
-  if (info_.size <= 1) {  // the environment said several, MPI says one: one process
-    info_ = ProcessInfo{};
-    return;
+  if (info_.size <= 1) {  // each process would run alone on every GPU, all at once
+    MPI_Finalize();
+    initialised_ = false;
+    throw InputError(fmt::format(
+        "started by {} with {} processes, but MPI sees each as alone (an MPI built without "
+        "this launcher's support, e.g. srun's PMI): launch with mpirun, or run one process",
+        info_.launcher, detect_launch().size));
   }
   // Local rank from the shared-memory split: right on every launcher.
   MPI_Comm_dup(MPI_COMM_WORLD, &g_agree);

@@ -276,6 +276,25 @@ TEST(StressJudge, AHungLoadMakesItsGpuFaulty) {
   EXPECT_EQ(r.extra["settings"]["hang_limit_s"], 60);
 }
 
+// A link load that hung beside a GPU whose own load hung waits on that GPU: a WARN for it, the
+// hung GPU FAULTY. Alone, a hung link load is its GPU's fault.
+TEST(StressJudge, AHungLinkLoadWaitingOnAHungPeerIsNotItsFault) {
+  Outcome o = clean(3);
+  o.gpus[2].hung = {"GEMM", "link"};
+  o.gpus[0].hung = {"link"};
+  EXPECT_EQ(faulty_set(o), std::set<int>{2});
+  bool warned = false;
+  for (const Check& c : judge(o))
+    if (c.subject == "GPU 0" && c.what == "hung") {
+      EXPECT_EQ(c.level, "WARN");
+      EXPECT_NE(c.reason.find("GPU 2 hung: it waits on it"), std::string::npos) << c.reason;
+      warned = true;
+    }
+  EXPECT_TRUE(warned);
+  o.gpus[2].hung.clear();
+  EXPECT_EQ(faulty_set(o), std::set<int>{0});
+}
+
 TEST(StressJudge, SlowGpuAgainstTheMedian) {
   Outcome o = clean(4);
   o.gpus[3].gemm[0].tflops = 700 * 0.88;  // 12% below the others: beyond the 10% allowed

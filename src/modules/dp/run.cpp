@@ -105,8 +105,10 @@ Tallies compare_samples(const Settings& s, const Replica& rep,
     if (!got.mine) continue;  // another rank's shard
     if (!std::isfinite(got.grad) || !std::isfinite(got.master)) t.finite = false;
     // The weight the next step computes with (zero1/zero2: all-gathered from its owner) is the
-    // master rounded to the activations' type: within half an ulp of bf16 (2^-9), fp16 finer.
-    if (std::fabs(got.weight - got.master) > std::ldexp(std::fabs(got.master), -8))
+    // master rounded to nearest in the activations' type: within half an ulp, at most 2^-8 of
+    // it for bf16 (fp16 finer), or half of fp16's subnormal spacing (2^-25) near zero.
+    if (std::fabs(got.weight - got.master) >
+        std::max(std::ldexp(std::fabs(got.master), -8), std::ldexp(1.0, -25)))
       t.weights_off += 1;
     if (ref.empty()) continue;
     const double g = ref[2 * k], w0 = ref[2 * k + 1];

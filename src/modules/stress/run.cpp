@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <thread>
 
@@ -274,7 +275,13 @@ Outcome run(Context& ctx, const Settings& s, const Faults& f) {
   r.warn("a load hung: gpubench ended without waiting for it (its GPU may need a reset)");
   (void)loads.release();
   (void)run.release();
-  end_stuck_process(ctx.stall(r));
+  int code = 1;
+  try {
+    code = ctx.stall(r);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpubench: error: the report of the hung run failed: %s\n", e.what());
+  }
+  end_stuck_process(code);
 }
 
 }  // namespace gpubench::stress

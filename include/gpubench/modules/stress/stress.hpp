@@ -135,7 +135,8 @@ HealthEvidence health_of(const Outcome& o);
 // that ran the same dtype and algorithm (one model's). A GPU that differs from the majority
 // disagrees; with two that differ, both do (neither can be told right); alone, nothing is set.
 void compare_first_outputs(Outcome& o);
-// Every check of the outcome: per GPU a hung load (FAIL), its GEMM outputs (against the first, the
+// Every check of the outcome: per GPU a hung load (FAIL; a link load beside a GPU whose own
+// load hung waits on it: WARN), its GEMM outputs (against the first, the
 // first against the reference and the other GPUs), its memory test, its links (a link's errors
 // count against both ends), its sustained GEMM rate against the other GPUs' median (more than
 // `outlier` below FAILs), and health (judge_health). Levels PASS / WARN / FAIL / N/A, subjects "GPU
