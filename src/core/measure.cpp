@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <numeric>
 #include <thread>
 
@@ -74,9 +75,12 @@ SpinGate::SpinGate(int device) : impl_(new Impl{device}) {
   *impl_->host_flag() = 1;
 }
 
+// Unwinding (a measurement past --timeout, say), the flag is left allocated: freeing pinned
+// memory waits for the device, where the work that timed out may be stuck for ever.
 SpinGate::~SpinGate() {
-  if (impl_) *impl_->host_flag() = 1;  // release anything still spinning
-  delete impl_;
+  if (!impl_) return;
+  *impl_->host_flag() = 1;  // release anything still spinning
+  if (std::uncaught_exceptions() == 0) delete impl_;
 }
 
 void SpinGate::hold(cudaStream_t stream) {
