@@ -169,13 +169,12 @@ void sample_until_done(const std::vector<int>& gpus, RunState& run, const Settin
 // What the loads saw, into the outcome: a hung load's outcome stays as set-up left it (its
 // thread may still write its own).
 void collect(const std::vector<GpuLoads>& loads, const RunState& run, Outcome& o) {
-  const auto hung = [&](std::size_t i, const char* what) {
-    return std::any_of(run.loads.begin(), run.loads.end(), [&](const LoadRun& l) {
-      return l.gpu == i && l.hung && std::string(l.what) == what;
-    });
-  };
   for (const LoadRun& l : run.loads)
     if (l.hung) o.gpus[l.gpu].hung.push_back(l.what);
+  const auto hung = [&](std::size_t i, const char* what) {
+    const std::vector<std::string>& h = o.gpus[i].hung;
+    return std::find(h.begin(), h.end(), what) != h.end();
+  };
   for (std::size_t i = 0; i < loads.size(); ++i) {
     if (!run.errors[i].empty())
       o.gpus[i].error += (o.gpus[i].error.empty() ? "" : "; ") + run.errors[i];
