@@ -515,6 +515,7 @@ void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int po
   if (seq0 < 0 || seq0 + batch > opts_.max_batch)
     throw InputError(fmt::format("engine: sequences {}..{} outside the engine's {}", seq0,
                                  seq0 + batch - 1, opts_.max_batch));
+  collectives_ = collectives(decode ? Phase::Decode : Phase::Prefill);
   if (opts_.tp_size > 1 && collectives_ == nullptr)
     throw InputError("engine: tensor parallelism needs set_collectives() before a step");
   const ModelConfig& m = model_;

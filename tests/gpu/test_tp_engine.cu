@@ -333,6 +333,43 @@ TEST(TpEngine, MissingCollectivesAndBadRanksAreRefused) {
   EXPECT_THROW(sp.prefill(three, 1, 3, s.get()), InputError);
 }
 
+// Counts the collectives a rank's steps call (and sums nothing).
+struct CountingCollectives : TpCollectives {
+  int calls = 0;
+  void all_reduce(void*, std::int64_t, ActDtype, cudaStream_t) override { ++calls; }
+  void reduce_scatter(void*, std::int64_t, ActDtype, cudaStream_t) override { ++calls; }
+  void all_gather(void*, std::int64_t, ActDtype, cudaStream_t) override { ++calls; }
+};
+
+// A prefill calls prefill's collectives, a decode step decode's, eager or captured; one set
+// serves both.
+TEST(TpEngine, EachPhaseCallsItsOwnCollectives) {
+  DeviceGuard guard(kGpu);
+  Transformer t(tiny_qwen(), options(2, 0), kGpu);
+  Stream s(kGpu);
+  CountingCollectives prefill, decode;
+  t.set_collectives(&prefill, &decode);
+  EXPECT_EQ(t.collectives(Phase::Prefill), &prefill);
+  EXPECT_EQ(t.collectives(Phase::Decode), &decode);
+  const std::int32_t* ids = t.tokens(1, 8, 1, s.get());
+  t.prefill(ids, 1, 8, s.get());
+  const int per_step = 2 * t.layers();  // attention out and MLP down
+  EXPECT_EQ(prefill.calls, per_step);
+  EXPECT_EQ(decode.calls, 0);
+  const std::int32_t* next = t.tokens(1, 1, 2, s.get());
+  t.decode(next, 1, 8, s.get());
+  EXPECT_EQ(decode.calls, per_step);
+  CudaGraph graph;
+  graph.capture(s.get(), [&](cudaStream_t s2) { t.decode(next, 1, 9, s2); });
+  EXPECT_EQ(decode.calls, 2 * per_step);
+  EXPECT_EQ(prefill.calls, per_step);
+  t.set_collectives(&prefill);
+  EXPECT_EQ(t.collectives(Phase::Decode), &prefill);
+  t.decode(next, 1, 9, s.get());
+  EXPECT_EQ(prefill.calls, 2 * per_step);
+  GPB_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+}
+
 // t ranks in threads on one GPU, summed through the host: the same math as NCCL's all-reduce.
 TEST(TpEngine, RanksOnOneGpuEqualTp1) {
   DeviceGuard guard(kGpu);

@@ -22,6 +22,7 @@
 #include "gpubench/kernels/attention.cuh"
 #include "gpubench/kernels/skinny_gemm.cuh"
 #include "gpubench/kernels/transformer.cuh"
+#include "gpubench/model/cost.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/shard.hpp"
 
@@ -192,8 +193,19 @@ class Transformer {
   const void* final_hidden() const noexcept { return last_.get(); }
 
   void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
-  // The all-reduce of the row-parallel outputs; required before a step when tp_size > 1.
-  void set_collectives(TpCollectives* collectives) noexcept { collectives_ = collectives; }
+  // The collectives of the row-parallel outputs, required before a step when tp_size > 1:
+  // prefill's, and decode's (null: prefill's). A decode step runs the same collectives eagerly
+  // as inside the graphs captured from it, so a pair whose prefill side cannot be captured (the
+  // copy engines) names decode's here, and NCCL's first call of a size (which sets up its
+  // connections) is never inside a capture.
+  void set_collectives(TpCollectives* prefill, TpCollectives* decode = nullptr) noexcept {
+    prefill_collectives_ = prefill;
+    decode_collectives_ = decode ? decode : prefill;
+  }
+  // The collectives a step of this phase calls (null: none set).
+  TpCollectives* collectives(Phase phase) const noexcept {
+    return phase == Phase::Decode ? decode_collectives_ : prefill_collectives_;
+  }
   // What this rank holds (at tp_size 1: everything).
   const ShardShape& shard() const noexcept { return shard_; }
   // The chunks the last step ran in (EngineOptions::overlap_chunks; 1: not overlapped).
@@ -310,7 +322,9 @@ class Transformer {
   std::int64_t kv_pitch_;  // a cache row: this rank's KV heads plus kv_row_pad(opts_)
   EngineMemory memory_;
   OpObserver* observer_ = nullptr;
-  TpCollectives* collectives_ = nullptr;
+  TpCollectives* prefill_collectives_ = nullptr;
+  TpCollectives* decode_collectives_ = nullptr;
+  TpCollectives* collectives_ = nullptr;  // this step's: one of the two
   ShardShape shard_;
   bool sp_ = false;     // this step splits rows (sequence parallelism)
   bool fused_ = false;  // this step folds norms, residual adds and activations into its GEMVs

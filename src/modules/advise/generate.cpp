@@ -127,19 +127,16 @@ class RankRun {
     if (p.layout.tp > 1) {
       const auto mine = static_cast<std::size_t>(self.rank / p.layout.tp);
       nccl_ = std::make_unique<parallel::NcclCollectives>(comms_.tp.get());
-      model::TpCollectives* active = nccl_.get();
+      model::TpCollectives* decode = nccl_.get();
       if (!tp_share.shots.empty()) {
         shot_ = std::make_unique<parallel::OneShotCollectives>(*tp_share.shots.at(mine), at_.trank,
-                                                               *active);
-        active = shot_.get();
+                                                               *decode);
+        decode = shot_.get();
       }
-      decode_collectives_ = active;
-      if (!tp_share.copies.empty()) {
+      if (!tp_share.copies.empty())
         copied_ = std::make_unique<parallel::CopyEngineCollectives>(*tp_share.copies.at(mine),
-                                                                    at_.trank, *active);
-        active = copied_.get();
-      }
-      engine_.set_collectives(active);
+                                                                    at_.trank, *decode);
+      engine_.set_collectives(copied_ ? copied_.get() : decode, decode);
     }
     const auto upload = [&](const std::vector<std::int32_t>& v) {
       DeviceBuffer b(self.device, std::max<std::size_t>(v.size(), 1) * sizeof(std::int32_t));
@@ -241,12 +238,8 @@ class RankRun {
   }
 
   // Every decode step of every microbatch as a graph of its own (its context, its cache rows).
-  // Decode's collectives are those under the copy engines' (which a capture falls back to), in
-  // the eager step before the captures too: the first NCCL collective of a size, which sets up
-  // NCCL's connections, must not be inside a capture.
   void capture_steps() {
     cudaStream_t st = self_.stream->get();
-    if (copied_) engine_.set_collectives(decode_collectives_);
     const int n = static_cast<int>(s_.prompt);
     for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
       for (int mb = 0; mb < p_.m; ++mb) {
@@ -259,7 +252,6 @@ class RankRun {
         graphs_.back().capture(
             st, [&](cudaStream_t s2) { engine_.decode(ids, b(), context, s2, mb * b()); });
       }
-    if (copied_) engine_.set_collectives(copied_.get());
   }
 
   const Settings& s_;
@@ -270,8 +262,7 @@ class RankRun {
   parallel::LayoutComms comms_;
   std::unique_ptr<parallel::NcclCollectives> nccl_;
   std::unique_ptr<parallel::OneShotCollectives> shot_;  // small all-reduces, the rest to nccl_
-  std::unique_ptr<parallel::CopyEngineCollectives> copied_;  // overlapped prefill's, eager
-  model::TpCollectives* decode_collectives_ = nullptr;       // shot_ or nccl_
+  std::unique_ptr<parallel::CopyEngineCollectives> copied_;  // overlapped prefill's
   model::Transformer engine_;
   Stream side_;
   Event start_, ttft_, end_, hidden_sent_, computed_;

@@ -74,8 +74,9 @@ namespace {
 
 // One rank's collectives for the engine: NCCL's, the one-shot kernel's for the small
 // all-reduces (when asked for and possible), the copy engines' in front with the rest behind
-// them (--collectives copy-engine). `active` is what the engine calls; `shots` the one-shot
-// group in use (null: none).
+// them (--collectives copy-engine). `prefill` and `decode` are what the engine's steps call
+// (decode's: what its graphs capture, never the copy engines); `shots` the one-shot group in use
+// (null: none).
 struct RankCollectives {
   NcclComm comm;
   std::unique_ptr<parallel::NcclCollectives> nccl;
@@ -83,8 +84,8 @@ struct RankCollectives {
   std::unique_ptr<parallel::OneShotCollectives> shot;
   std::unique_ptr<parallel::CopyEngineCollectives> copied;
   const parallel::OneShotGroup* shots = nullptr;
-  model::TpCollectives* active = nullptr;
-  model::TpCollectives* small = nullptr;  // what the copy engines fall back to (decode's)
+  model::TpCollectives* prefill = nullptr;
+  model::TpCollectives* decode = nullptr;  // also what the copy engines fall back to
 };
 
 void make_rank_collectives(const Settings& s, int t, RankGroup& group, Rank& self,
@@ -108,10 +109,10 @@ void make_rank_collectives(const Settings& s, int t, RankGroup& group, Rank& sel
   rc.shots = shots ? shots : rc.ipc.get();
   if (rc.shots)
     rc.shot = std::make_unique<parallel::OneShotCollectives>(*rc.shots, self.rank, *rc.nccl);
-  rc.small = rc.shot ? static_cast<model::TpCollectives*>(rc.shot.get()) : rc.nccl.get();
+  rc.decode = rc.shot ? static_cast<model::TpCollectives*>(rc.shot.get()) : rc.nccl.get();
   if (copies)
-    rc.copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *rc.small);
-  rc.active = rc.copied ? static_cast<model::TpCollectives*>(rc.copied.get()) : rc.small;
+    rc.copied = std::make_unique<parallel::CopyEngineCollectives>(*copies, self.rank, *rc.decode);
+  rc.prefill = rc.copied ? static_cast<model::TpCollectives*>(rc.copied.get()) : rc.decode;
 }
 
 // Everything a point of one batch needs: the rank, its engine and collectives, the settings.
@@ -129,12 +130,6 @@ struct PointRun {
   DeviceBuffer& scratch;  // the standalone all-reduce's buffer
   std::int64_t batch;
 };
-
-// The collectives a point's steps call: prefill's the copy engines' (when asked for), decode's
-// those its graph captures.
-model::TpCollectives* point_collectives(const RankCollectives& rc, bool prefill) {
-  return prefill || !rc.copied ? rc.active : rc.small;
-}
 
 // Rank 0's logits against the reference (TP=1's, else the first degree's): the error in
 // *error, and `o` failed beyond the limit; the first degree to run a point becomes its
@@ -174,7 +169,7 @@ void time_collective_alone(const PointRun& p, Outcome& o, bool prefill, std::int
   void* buf = p.scratch.get();
   const auto chunk = static_cast<std::int64_t>(elems) / p.t;
   const bool split_rows = p.s.sequence_parallel && prefill;
-  model::TpCollectives* active = point_collectives(p.rc, prefill);
+  model::TpCollectives* active = p.engine.collectives(o.phase);
   const ActDtype dtype = p.eo.dtype;
   auto collective = [&](cudaStream_t s2) {
     if (split_rows) {
@@ -223,7 +218,7 @@ void time_parts(const PointRun& p, Outcome& o, bool prefill, const std::int32_t*
   p.engine.set_collectives(&none);
   CudaGraph bare;
   bare.capture(st, [&](cudaStream_t s2) { p.engine.decode(next, b, n, s2); });
-  p.engine.set_collectives(point_collectives(p.rc, false));
+  p.engine.set_collectives(p.rc.prefill, p.rc.decode);
   o.no_comm_s = p.group
                     .measure(
                         p.self, [&](cudaStream_t s2, int) { bare.launch(s2); }, p.step_mo)
@@ -231,16 +226,16 @@ void time_parts(const PointRun& p, Outcome& o, bool prefill, const std::int32_t*
 }
 
 // One point: the step checked, then timed (the slowest rank per iteration; decode from a CUDA
-// graph; prefill also in overlap chunks when asked), its parts, the collective alone. Decode runs
-// the collectives its graph captures (never the copy engines) in its eager steps too, so that
-// what is checked is what is timed and no NCCL collective is first called inside a capture.
+// graph; prefill also in overlap chunks when asked), its parts, the collective alone. The
+// engine's decode runs the collectives its graph captures in its eager steps too, so what is
+// checked is what is timed.
 void run_point(const PointRun& p, Outcome& o) {
   cudaStream_t st = p.self.stream->get();
   const int b = static_cast<int>(p.batch), n = static_cast<int>(o.length);
   const bool prefill = o.phase == model::Phase::Prefill;
   model::Transformer& engine = p.engine;
-  if (p.rc.active) engine.set_collectives(point_collectives(p.rc, prefill));
-  const std::int64_t copied = p.rc.copied ? p.rc.copied->copied() : 0;
+  const auto copies = [&] { return p.rc.copied ? p.rc.copied->copied() : std::int64_t{0}; };
+  std::int64_t copied = copies();
   if (p.self.rank == 0)
     progress::next(fmt::format("t={} {} batch {} {} {}", p.t, model::to_string(o.phase), p.batch,
                                prefill ? "prompt" : "context", o.length));
@@ -249,6 +244,7 @@ void run_point(const PointRun& p, Outcome& o) {
   engine.prefill(ids, b, n, st);
   const std::int32_t* next = nullptr;
   if (!prefill) {
+    copied = copies();  // what the decode step copies, not the prefill before it
     next = engine.tokens(b, 1, 8, st);
     engine.decode(next, b, n, st);
   }
@@ -387,7 +383,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
         continue;
       }
       built->set_overlap_chunks(1);  // built for overlap chunks, but each point runs whole first
-      if (rc.active) built->set_collectives(rc.active);
+      if (rc.prefill) built->set_collectives(rc.prefill, rc.decode);
       const PointRun p{s,  t,         group,   self,    *built,  eo,
                        rc, reference, step_mo, comm_mo, scratch, batch};
       const auto point = [&](model::Phase phase, std::int64_t len) {
