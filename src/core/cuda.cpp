@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
 namespace gpubench {
 
 namespace {
@@ -12,7 +16,26 @@ int current_device_or(int fallback) noexcept {
   if (cudaGetDevice(&dev) != cudaSuccess) return fallback;
   return dev;
 }
+
+// One bit per device (ordinals beyond 63 share the last bit: marked together, never missed).
+std::atomic<std::uint64_t> g_stuck{0};
+std::uint64_t stuck_bit(int device) noexcept {
+  return std::uint64_t{1} << std::clamp(device, 0, 63);
+}
 }  // namespace
+
+void mark_device_stuck(int device) noexcept {
+  g_stuck.fetch_or(stuck_bit(device));
+}
+bool device_stuck(int device) noexcept {
+  return (g_stuck.load() & stuck_bit(device)) != 0;
+}
+bool any_device_stuck() noexcept {
+  return g_stuck.load() != 0;
+}
+void clear_stuck_devices() noexcept {
+  g_stuck.store(0);
+}
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
   const int dev = current_device_or(-1);
@@ -83,7 +106,7 @@ DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : bytes_(bytes), devic
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (!ptr_) return;
+  if (!ptr_ || device_stuck(device_)) return;
   int prev = -1;
   GPB_CUDA_CHECK_NOTHROW(cudaGetDevice(&prev));
   if (prev != device_) GPB_CUDA_CHECK_NOTHROW(cudaSetDevice(device_));
@@ -99,7 +122,7 @@ PinnedBuffer::PinnedBuffer(std::size_t bytes, bool mapped) : bytes_(bytes) {
 }
 
 PinnedBuffer::~PinnedBuffer() {
-  if (ptr_) GPB_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr_));
+  if (ptr_ && !any_device_stuck()) GPB_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr_));
 }
 
 void* PinnedBuffer::device_ptr() const {

@@ -50,8 +50,10 @@ void wait_for(const Event& event, double timeout_s, const char* what) {
     const cudaError_t st = cudaEventQuery(event.get());
     if (st == cudaSuccess) return;
     if (st != cudaErrorNotReady) GPB_CUDA_CHECK(st);
-    if (std::chrono::steady_clock::now() > deadline)
+    if (std::chrono::steady_clock::now() > deadline) {
+      mark_device_stuck(event.device());
       throw TimeoutError(fmt::format("{} did not finish within --timeout {} s", what, timeout_s));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

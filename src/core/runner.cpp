@@ -115,6 +115,8 @@ Report run_in(Module& module, const CommonOptions& common, const System& system,
       r.error = e.what();
       spdlog::error("{}: {}", module.name(), e.what());
     }
+    // The run's buffers are gone (leaked where a device timed out): later runs free again.
+    clear_stuck_devices();
     r.monitor = ctx.monitor_summary().to_json();
     for (const auto& g : ctx.monitor_summary().gpus) {
       if (!g.throttled()) continue;

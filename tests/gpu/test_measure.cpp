@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
 #include "gpubench/core/measure.hpp"
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/kernels/spin.cuh"
@@ -102,6 +105,32 @@ TEST(Measure, ExceptionInLaunchReleasesTheGate) {
                    fast_options()),
                std::runtime_error);
   // The stream must not stay held by the spin kernel.
+  s.synchronize();
+}
+
+// Work past its timeout marks its device stuck: a buffer destroyed while that work still runs is
+// left allocated instead of waiting for it; unmarked, the free waits for the work.
+TEST(Measure, ATimeoutLeavesBuffersToTheStuckWork) {
+  Stream s(0);
+  Event done(0);
+  std::optional<DeviceBuffer> leaked(std::in_place, 0, std::size_t{1} << 20);
+  std::optional<DeviceBuffer> freed(std::in_place, 0, std::size_t{1} << 20);
+  std::optional<PinnedBuffer> pinned(std::in_place, 4096);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  launch_busy_wait(3'000'000'000ull, 1, s.get());  // 3 s
+  done.record(s.get());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  EXPECT_THROW(wait_for(done, 0.1, "the busy kernel"), TimeoutError);
+  EXPECT_TRUE(device_stuck(0));
+  leaked.reset();
+  pinned.reset();
+  EXPECT_LT(since(), 1.0) << "a free waited for the stuck kernel";
+  clear_stuck_devices();
+  freed.reset();
+  EXPECT_GT(since(), 2.5) << "cudaFree returned before the kernel ended: nothing to guard";
   s.synchronize();
 }
 

@@ -1,12 +1,15 @@
 // The core's runner: whether a run takes one rank per process. A module runs over processes only
 // when it supports them and its caller's run is one over processes: a module that `gpubench all`
 // runs on rank 0 alone under mpirun (advise) runs there alone, and so does what it nests (dp).
+// And the devices a run marked stuck are unmarked when it ends.
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <string>
 
 #include "gpubench/core/context.hpp"
+#include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
 #include "gpubench/core/module.hpp"
 #include "gpubench/core/options.hpp"
 #include "gpubench/core/ranks.hpp"
@@ -33,10 +36,17 @@ class Probe final : public Module {
   Report run(Context& ctx) override {
     over = ctx.over_processes();
     ranks = rank_count(ctx);
+    if (stuck_device >= 0) {  // as wait_for does when GPU work outlives --timeout
+      mark_device_stuck(stuck_device);
+      marked = device_stuck(stuck_device) && !device_stuck(stuck_device + 1) && any_device_stuck();
+      throw TimeoutError("the measured GPU work did not finish within --timeout 1 s");
+    }
     return Report{};
   }
   std::optional<bool> over;
   int ranks = -1;
+  int stuck_device = -1;
+  bool marked = false;
 
  private:
   bool mpi_;
@@ -51,6 +61,18 @@ TEST(Runner, OneProcessRunsAreNotOverProcesses) {
   ASSERT_TRUE(probe.over.has_value());
   EXPECT_FALSE(*probe.over);  // no mpirun: one process
   EXPECT_EQ(probe.ranks, 0);  // its selected GPUs: none here
+}
+
+// A run that timed out marks its device stuck (its buffers are left allocated rather than freed
+// under the stuck work); the marks end with the run, so the next run frees again.
+TEST(Runner, StuckDeviceMarksEndWithTheRun) {
+  const System system;
+  Probe probe(false);
+  probe.stuck_device = 1;
+  const Report r = run_module(probe, CommonOptions{}, system, "r", {});
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_TRUE(probe.marked);
+  EXPECT_FALSE(any_device_stuck());
 }
 
 TEST(Runner, NestedRunsInheritTheParentsProcessModel) {

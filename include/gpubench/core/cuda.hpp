@@ -39,6 +39,17 @@ std::string no_gpu_reason();
 // The major number of `device`'s compute capability (9 for Hopper); throws CudaError.
 int compute_capability_major(int device);
 
+// Devices whose queued work missed a deadline (wait_for's TimeoutError): that work may never
+// end, and cudaFree or cudaFreeHost would wait for it. While any device is marked, DeviceBuffers
+// on a marked device and every PinnedBuffer are left allocated when destroyed (the memory comes
+// back when the process ends), so unwinding from a timeout cannot hang in a destructor. The
+// marks last until clear_stuck_devices(): the end of the module run that set them, when the
+// stuck work has been aborted or the process is about to end.
+void mark_device_stuck(int device) noexcept;
+bool device_stuck(int device) noexcept;
+bool any_device_stuck() noexcept;
+void clear_stuck_devices() noexcept;
+
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {
  public:
@@ -164,6 +175,7 @@ class Event {
 
   cudaEvent_t get() const noexcept { return event_; }
   operator cudaEvent_t() const noexcept { return event_; }
+  int device() const noexcept { return device_; }
   void record(cudaStream_t stream) const;
   void synchronize() const;
   // Seconds from `start` to this event (both recorded and complete).

@@ -58,7 +58,8 @@ struct Measurement {
 using Launch = std::function<void(cudaStream_t stream, int iteration)>;
 
 // Waits for `event` to complete; with timeout_s > 0, polls and throws TimeoutError (naming
-// `what`) once that many seconds have passed. A timeout never leaves the host blocked.
+// `what`) once that many seconds have passed, its device marked stuck (mark_device_stuck). A
+// timeout never leaves the host blocked.
 class Event;
 void wait_for(const Event& event, double timeout_s, const char* what);
 
