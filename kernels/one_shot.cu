@@ -40,11 +40,14 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(T* data, std::int64_
   const unsigned int epoch = call;
   const int parity = static_cast<int>(epoch & 1u);
   const int R = p.size;
-  // This block's slice: accesses [lo, hi) of the V-element ones (elements when V is 1).
-  const std::int64_t units = V == 8 ? n / V : n;
+  // This block's slice: units [lo, hi) of kVec elements, whatever V, so every rank cuts the data
+  // alike (the same blocks, the same slices) even where only some ranks' buffers take the vector
+  // path. With V = 1 the block moves elements [first, last).
+  const std::int64_t units = (n + kVec - 1) / kVec;
   const std::int64_t per = (units + B - 1) / B;
   const std::int64_t lo = b * per < units ? b * per : units;
   const std::int64_t hi = lo + per < units ? lo + per : units;
+  const std::int64_t first = lo * kVec, last = hi * kVec < n ? hi * kVec : n;
   auto slot = [&](int owner, int source) {
     return reinterpret_cast<T*>(static_cast<unsigned char*>(p.recv[owner]) +
                                 static_cast<std::size_t>(parity * R + source) * p.slot_bytes);
@@ -62,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(T* data, std::int64_
       uint4* dst4 = reinterpret_cast<uint4*>(dst);
       for (std::int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst4[i] = src4[i];
     } else {
-      for (std::int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = data[i];
+      for (std::int64_t i = first + threadIdx.x; i < last; i += blockDim.x) dst[i] = data[i];
     }
   }
   __threadfence_system();  // this thread's pushes before any flag, at system scope
@@ -103,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(T* data, std::int64_
       store<V>(data + i * V, acc);
     }
   } else {
-    for (std::int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    for (std::int64_t i = first + threadIdx.x; i < last; i += blockDim.x) {
       float acc = 0;
       for (int j = 0; j < R; ++j) {
         const T* src = j == p.rank ? data : slot(p.rank, j);
@@ -139,15 +142,16 @@ void one_shot_all_reduce(void* data, std::int64_t n, const OneShotPeers& peers, 
   if (static_cast<std::size_t>(n) * 2 > peers.slot_bytes)
     throw GpuError(fmt::format("one-shot all-reduce: {} elements do not fit a slot of {} bytes",
                                n, peers.slot_bytes));
+  // Only this rank's pointer decides the path; the blocks and slices depend on n alone.
   const bool vec = n % kVec == 0 && aligned16(data) && peers.slot_bytes % 16 == 0;
+  const int blocks = one_shot_blocks((n + kVec - 1) / kVec);
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto x = static_cast<T*>(data);
     if (vec)
-      launch_pdl(one_shot_kernel<T, kVec>, one_shot_blocks(n / kVec), kThreads, 0, stream, x, n,
-                 peers);
+      launch_pdl(one_shot_kernel<T, kVec>, blocks, kThreads, 0, stream, x, n, peers);
     else
-      launch_pdl(one_shot_kernel<T, 1>, one_shot_blocks(n), kThreads, 0, stream, x, n, peers);
+      launch_pdl(one_shot_kernel<T, 1>, blocks, kThreads, 0, stream, x, n, peers);
   });
   GPB_CHECK_LAUNCH();
 }

@@ -438,6 +438,68 @@ TEST(CollectiveNccl, OneShotAllReduceChecked) {
   });
 }
 
+// The one-shot kernel with two ranks on one GPU (two streams, both kernels resident at once),
+// rank 1's buffer 2 bytes off 16-byte alignment: rank 0 takes the vector path, rank 1 the scalar
+// one. Both must cut the data into the same blocks and slices: the sums exact, no wait timed out
+// (ranks whose slices differed would wait for flags that never come).
+TEST(OneShotKernel, RanksOnDifferentPathsAgree) {
+  if (visible_device_count() < 1) GTEST_SKIP() << "needs a GPU";
+  DeviceGuard guard(0);
+  constexpr int kRanks = 2;
+  const std::int64_t n = std::int64_t{8} * kOneShotThreads * 4;  // 4 blocks of 8-element units
+  const std::size_t slot = static_cast<std::size_t>(n) * 2;
+  std::vector<DeviceBuffer> recv, words;
+  for (int r = 0; r < kRanks; ++r) {
+    recv.emplace_back(0, one_shot_recv_bytes(kRanks, slot));
+    words.emplace_back(0, one_shot_word_bytes(kRanks));
+    GPB_CUDA_CHECK(cudaMemset(words.back().get(), 0, words.back().bytes()));
+  }
+  std::vector<OneShotPeers> peers(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    OneShotPeers& p = peers[static_cast<std::size_t>(r)];
+    p.rank = r;
+    p.size = kRanks;
+    p.slot_bytes = slot;
+    for (int j = 0; j < kRanks; ++j) {
+      p.recv[j] = recv[static_cast<std::size_t>(j)].get();
+      p.flags[j] = words[static_cast<std::size_t>(j)].as<unsigned int>();
+    }
+    unsigned int* mine = words[static_cast<std::size_t>(r)].as<unsigned int>();
+    p.counter = mine + one_shot_counter_index(kRanks);
+    p.error = mine + one_shot_error_index(kRanks);
+  }
+  // Small integers: every sum is exact in bf16.
+  std::vector<std::vector<__nv_bfloat16>> values(kRanks, std::vector<__nv_bfloat16>(n));
+  for (int r = 0; r < kRanks; ++r)
+    for (std::int64_t i = 0; i < n; ++i)
+      values[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] =
+          __float2bfloat16(static_cast<float>(i % 7 + 3 * r));
+  DeviceBuffer aligned(0, slot), shifted(0, slot + 16);
+  void* data[kRanks] = {aligned.get(), shifted.as<unsigned char>() + 2};
+  std::vector<Stream> streams;
+  for (int r = 0; r < kRanks; ++r) {
+    GPB_CUDA_CHECK(cudaMemcpy(data[r], values[static_cast<std::size_t>(r)].data(), slot,
+                              cudaMemcpyHostToDevice));
+    streams.emplace_back(0);
+  }
+  for (int r = 0; r < kRanks; ++r)
+    one_shot_all_reduce(data[r], n, peers[static_cast<std::size_t>(r)], ActDtype::BF16,
+                        streams[static_cast<std::size_t>(r)].get());
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int r = 0; r < kRanks; ++r) {
+    unsigned int error = 0;
+    GPB_CUDA_CHECK(cudaMemcpy(&error, peers[static_cast<std::size_t>(r)].error, sizeof error,
+                              cudaMemcpyDeviceToHost));
+    EXPECT_EQ(error, 0u) << "rank " << r << " waited for a peer past the time limit";
+    std::vector<__nv_bfloat16> got(static_cast<std::size_t>(n));
+    GPB_CUDA_CHECK(cudaMemcpy(got.data(), data[r], slot, cudaMemcpyDeviceToHost));
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      wrong += __bfloat162float(got[static_cast<std::size_t>(i)]) != 2.0f * (i % 7) + 3.0f;
+    EXPECT_EQ(wrong, 0) << "rank " << r;
+  }
+}
+
 // allreduce -R 1 and -R 2: ncclMemAlloc buffers registered with the communicator (locally, and
 // as symmetric windows where the NCCL has them), on every visible GPU (one is a communicator of
 // one rank: NCCL still runs every collective).
