@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -40,8 +41,9 @@ L2Policy parse_l2_policy(const std::string& text) {
   throw InputError(fmt::format("--l2: '{}' is not one of cold, rotate, hot", text));
 }
 
-void wait_for(const Event& event, double timeout_s, const char* what) {
-  if (!(timeout_s > 0)) {
+void wait_for(const Event& event, double timeout_s, const char* what,
+              const std::function<void()>& between) {
+  if (!(timeout_s > 0) && !between) {
     event.synchronize();
     return;
   }
@@ -50,7 +52,8 @@ void wait_for(const Event& event, double timeout_s, const char* what) {
     const cudaError_t st = cudaEventQuery(event.get());
     if (st == cudaSuccess) return;
     if (st != cudaErrorNotReady) GPB_CUDA_CHECK(st);
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (between) between();
+    if (timeout_s > 0 && std::chrono::steady_clock::now() > deadline) {
       mark_device_stuck(event.device());
       throw TimeoutError(fmt::format("{} did not finish within --timeout {} s", what, timeout_s));
     }

@@ -25,8 +25,15 @@
 namespace gpubench {
 
 namespace {
-// Thrown inside ranks blocked in barrier() when another rank failed: ends them quietly.
+// Thrown inside ranks blocked in barrier() or wait() when another rank failed: ends them quietly.
+// Work this rank queued may wait for the failed one for ever, so its device is marked stuck first
+// (its buffers are left allocated rather than freed behind that work).
 struct GroupAborted {};
+[[noreturn]] void end_aborted_rank() {
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) mark_device_stuck(device);
+  throw GroupAborted{};
+}
 }  // namespace
 
 struct RankGroup::Impl {
@@ -55,9 +62,14 @@ struct RankGroup::Impl {
     cv.notify_all();
   }
 
+  bool is_aborted() {
+    std::lock_guard<std::mutex> lock(mu);
+    return aborted;
+  }
+
   void barrier() {
     std::unique_lock<std::mutex> lock(mu);
-    if (aborted) throw GroupAborted{};
+    if (aborted) end_aborted_rank();
     const long gen = generation;
     if (++arrived == static_cast<int>(devices.size())) {
       arrived = 0;
@@ -66,7 +78,7 @@ struct RankGroup::Impl {
       return;
     }
     cv.wait(lock, [&] { return generation != gen || aborted; });
-    if (aborted) throw GroupAborted{};
+    if (aborted) end_aborted_rank();
   }
 };
 
@@ -239,6 +251,16 @@ std::vector<double> RankGroup::all_gather(int rank, double value) {
   return out;
 }
 
+void RankGroup::wait(const Event& done, double timeout_s, const char* what) {
+  if (impl_->mpi) {
+    wait_for(done, timeout_s, what);
+    return;
+  }
+  wait_for(done, timeout_s, what, [this] {
+    if (impl_->is_aborted()) end_aborted_rank();
+  });
+}
+
 Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOptions& o) {
   cudaStream_t stream = self.stream->get();
   Event start(self.device), stop(self.device);
@@ -254,7 +276,7 @@ Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOp
     stop.record(stream);
     barrier();
     if (gate) gate->release();
-    wait_for(stop, o.timeout_s, "the measured GPU work");
+    wait(stop, o.timeout_s, "the measured GPU work");
     const std::vector<double> all = all_gather(self.rank, stop.seconds_since(start));
     switch (o.rank_time) {
       case MeasureOptions::RankTime::First:

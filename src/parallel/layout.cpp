@@ -151,9 +151,15 @@ LayoutComms::LayoutComms(RankGroup& group, int rank, const Layout& l, bool ring,
   // Ids made on rank 0: every tensor group's, then every pipeline's, then every ring's; each
   // rank joins its own in that order (the same order everywhere).
   const int tp_groups = l.dp * l.pp, pp_groups = l.dp * l.tp;
+  // Only the ids of communicators this layout has: each made id keeps a listening socket open.
   std::vector<ncclUniqueId> ids(static_cast<std::size_t>(tp_groups + 2 * pp_groups));
+  const auto used = [&](std::size_t i) {
+    const auto t = static_cast<std::size_t>(tp_groups), p = static_cast<std::size_t>(pp_groups);
+    return i < t ? l.tp > 1 : i < t + p ? l.pp > 1 : l.pp > 1 && ring;
+  };
   if (rank == 0)
-    for (auto& id : ids) GPB_NCCL_CHECK(ncclGetUniqueId(&id));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (used(i)) GPB_NCCL_CHECK(ncclGetUniqueId(&ids[i]));
   if (l.tp > 1 || l.pp > 1) group.broadcast(rank, ids.data(), ids.size() * sizeof(ncclUniqueId));
   const auto id = [&](int i) -> const ncclUniqueId& { return ids[static_cast<std::size_t>(i)]; };
   if (l.tp > 1) tp = NcclComm(id(at.replica * l.pp + at.stage), l.tp, at.trank);
@@ -161,6 +167,13 @@ LayoutComms::LayoutComms(RankGroup& group, int rank, const Layout& l, bool ring,
   if (l.pp > 1) pp = NcclComm(id(tp_groups + pipeline), l.pp, at.stage, max_ctas);
   if (l.pp > 1 && ring)
     this->ring = NcclComm(id(tp_groups + pp_groups + pipeline), l.pp, at.stage, max_ctas);
+}
+
+LayoutComms::~LayoutComms() {
+  if (std::uncaught_exceptions() <= uncaught_) return;
+  ring.abort();
+  pp.abort();
+  tp.abort();
 }
 
 std::string agreed_memory_check(RankGroup& group, int rank, std::uint64_t need) {

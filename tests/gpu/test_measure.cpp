@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -132,6 +133,30 @@ TEST(Measure, ATimeoutLeavesBuffersToTheStuckWork) {
   freed.reset();
   EXPECT_GT(since(), 2.5) << "cudaFree returned before the kernel ended: nothing to guard";
   s.synchronize();
+}
+
+// A rank waiting for its GPU work ends as soon as another rank fails, not when the work ends (it
+// could wait for the failed rank for ever): its device marked stuck, the failure rethrown.
+TEST(RankGroup, AWaitEndsWhenAnotherRankFails) {
+  RankGroup group({0, 0});  // two ranks on one GPU
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(group.run([&](Rank& self) {
+    if (self.rank == 1) {
+      group.barrier();
+      throw std::runtime_error("rank 1 failed");
+    }
+    Event done(self.device);
+    launch_busy_wait(3'000'000'000ull, 1, self.stream->get());  // 3 s
+    done.record(self.stream->get());
+    group.barrier();
+    group.wait(done, 0, "the busy kernel");  // no time limit
+  }),
+               GpuError);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 1.5) << "the wait outlasted the failed rank";
+  EXPECT_TRUE(device_stuck(0));
+  clear_stuck_devices();
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(RankGroup, BarrierGatherAndMaxOverRanks) {

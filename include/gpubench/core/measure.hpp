@@ -59,9 +59,11 @@ using Launch = std::function<void(cudaStream_t stream, int iteration)>;
 
 // Waits for `event` to complete; with timeout_s > 0, polls and throws TimeoutError (naming
 // `what`) once that many seconds have passed, its device marked stuck (mark_device_stuck). A
-// timeout never leaves the host blocked.
+// timeout never leaves the host blocked. `between`, when given, is called between polls (with
+// or without a timeout) and may end the wait by throwing.
 class Event;
-void wait_for(const Event& event, double timeout_s, const char* what);
+void wait_for(const Event& event, double timeout_s, const char* what,
+              const std::function<void()>& between = {});
 
 // Holds the stream until release() (or a 2 s safety timeout), so queued work starts together.
 class SpinGate {

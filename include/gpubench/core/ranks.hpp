@@ -63,6 +63,11 @@ class RankGroup {
   // Copies `bytes` at `data` of rank `root` into `data` of every rank (e.g. an NCCL unique id).
   void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 
+  // Waits for `done` on this rank, as wait_for (TimeoutError past timeout_s > 0; none: no limit),
+  // and in one process ends this rank as barrier() does as soon as another rank failed, its
+  // device marked stuck (its queued work may wait for the failed rank). Call from inside run().
+  void wait(const Event& done, double timeout_s, const char* what);
+
   // Times `launch` on every rank: barrier before each iteration, per-iteration time = the max
   // over ranks of that rank's event time (or the one opts.rank_time names). Stopping rule as
   // Measurer::run, decided on rank 0's view of the combined samples. Call from inside run(); every

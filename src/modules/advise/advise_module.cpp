@@ -334,6 +334,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
           c.measured = Measured{};
           c.measured->status = "failed";
           c.measured->note = e.what();
+          // Its ranks have ended (their communicators aborted): the next layout frees again.
+          clear_stuck_devices();
         }
         Report partial = report;
         assemble(s, questions, partial);

@@ -113,6 +113,7 @@ class RankRun {
       : s_(s),
         p_(p),
         self_(self),
+        group_(group),
         at_(parallel::Place::of(p.layout, self.rank)),
         first_(at_.stage == 0),
         last_(at_.stage == p.layout.pp - 1),
@@ -167,7 +168,7 @@ class RankRun {
     GPB_CUDA_CHECK(cudaEventRecord(computed_, side_.get()));
     GPB_CUDA_CHECK(cudaStreamWaitEvent(st, computed_, 0));
     end_.record(st);
-    end_.synchronize();
+    group_.wait(end_, s_.timeout_s, "the generation");
     return {last_ ? ttft_.seconds_since(start_) : 0.0, end_.seconds_since(start_)};
   }
 
@@ -257,6 +258,7 @@ class RankRun {
   const Settings& s_;
   const Plan& p_;
   Rank& self_;
+  RankGroup& group_;
   parallel::Place at_;
   bool first_, last_;
   parallel::LayoutComms comms_;
