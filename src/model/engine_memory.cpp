@@ -30,6 +30,10 @@ int kv_row_pad(const EngineOptions& o) {
   return row_pad(o.kv_row_pad, "KV cache");
 }
 
+int cache_sequences(const EngineOptions& o) {
+  return o.cache_batch > 0 ? o.cache_batch : o.max_batch;
+}
+
 EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
                            std::size_t gemm_workspace_bytes) {
   const ShardShape sh = shard_shape(m, o.tp_size, o.tp_rank);
@@ -61,7 +65,7 @@ EngineMemory engine_memory(const ModelConfig& m, const EngineOptions& o,
 
   EngineMemory mem;
   mem.weights = w * e;
-  mem.kv_cache = 2 * layers * static_cast<std::uint64_t>(o.max_batch) *
+  mem.kv_cache = 2 * layers * static_cast<std::uint64_t>(cache_sequences(o)) *
                  static_cast<std::uint64_t>(o.max_context) *
                  (KVl + static_cast<std::uint64_t>(kv_row_pad(o))) * e;
   const std::uint64_t rows =

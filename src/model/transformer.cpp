@@ -174,6 +174,9 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
         fmt::format("{}: head_dim {} (the attention kernels take 64 or 128)", m.name, m.head_dim));
   if (opts_.max_batch < 1 || opts_.max_tokens < 1 || opts_.max_context < opts_.max_tokens)
     throw InputError("engine: max_batch and max_tokens must be >= 1, max_context >= max_tokens");
+  if (opts_.cache_batch != 0 && opts_.cache_batch < opts_.max_batch)
+    throw InputError(fmt::format("engine: a cache of {} sequences is smaller than a step's {}",
+                                 opts_.cache_batch, opts_.max_batch));
   shard_ = shard_shape(m, opts_.tp_size, opts_.tp_rank);  // InputError when t does not split m
   kv_pitch_ = shard_.kv_dim + kv_row_pad(opts_);
   if (opts_.first_layer < 0 || opts_.first_layer >= m.num_layers)
@@ -218,7 +221,7 @@ Transformer::Transformer(const ModelConfig& model, const EngineOptions& options,
     norm_weight(H, kFinalNormBiasId, &final_norm_w_, &final_norm_b_);
   }
 
-  const std::uint64_t cache_elems = static_cast<std::uint64_t>(opts_.max_batch) *
+  const std::uint64_t cache_elems = static_cast<std::uint64_t>(cache_sequences(opts_)) *
                                     static_cast<std::uint64_t>(opts_.max_context) *
                                     static_cast<std::uint64_t>(kv_pitch_);
   kv_ = alloc(2 * static_cast<std::uint64_t>(layers_) * cache_elems * elem_, &memory_.kv_cache);
@@ -512,9 +515,9 @@ void Transformer::decode(const std::int32_t* ids, int batch, int context, cudaSt
 
 void Transformer::forward(const std::int32_t* ids, int batch, int tokens, int pos0, bool decode,
                           cudaStream_t stream, int seq0) {
-  if (seq0 < 0 || seq0 + batch > opts_.max_batch)
+  if (seq0 < 0 || seq0 + batch > cache_sequences(opts_))
     throw InputError(fmt::format("engine: sequences {}..{} outside the engine's {}", seq0,
-                                 seq0 + batch - 1, opts_.max_batch));
+                                 seq0 + batch - 1, cache_sequences(opts_)));
   collectives_ = collectives(decode ? Phase::Decode : Phase::Prefill);
   if (opts_.tp_size > 1 && collectives_ == nullptr)
     throw InputError("engine: tensor parallelism needs set_collectives() before a step");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/errors.hpp"
 #include "gpubench/model/presets.hpp"
 #include "gpubench/model/transformer.hpp"
 
@@ -77,6 +78,54 @@ TEST(Transformer, DecodeAfterPrefillEqualsLongerPrefill) {
       wrong += !(std::fabs(got[i] - want[i]) <= 0.03f * scale);
     EXPECT_EQ(wrong, 0) << m.name << ": logits of decode vs prefill (max |logit| " << scale << ")";
   }
+}
+
+// Microbatches of one sequence each in their own cache rows (seq0) of an engine whose steps are
+// one sequence (max_batch 1, cache_batch 2): the same logits as an engine sized for both, less
+// activation memory, the same cache; a step outside the cache and a cache smaller than a step are
+// refused.
+TEST(Transformer, MicrobatchesInTheirOwnCacheRows) {
+  DeviceGuard guard(kGpu);
+  const ModelConfig m = tiny_llama();
+  EngineOptions both;
+  both.max_batch = 2;
+  both.max_tokens = 64;
+  both.max_context = 128;
+  EngineOptions micro = both;
+  micro.max_batch = 1;
+  micro.cache_batch = 2;
+  const int n = 30;
+  std::vector<std::vector<float>> logits;
+  std::vector<EngineMemory> memory;
+  for (const EngineOptions& o : {both, micro}) {
+    Transformer t(m, o, kGpu);
+    Stream s(kGpu);
+    for (int mb = 0; mb < 2; ++mb) t.prefill(t.tokens(1, n, 5 + mb, s.get()), 1, n, s.get(), mb);
+    for (int mb = 1; mb >= 0; --mb) {
+      t.decode(t.tokens(1, 1, 9 + mb, s.get()), 1, n, s.get(), mb);
+      logits.push_back(logits_of(t, 1, m.vocab_size));
+    }
+    memory.push_back(t.memory());
+    if (o.cache_batch == 2)
+      EXPECT_THROW(t.prefill(t.tokens(1, n, 5, s.get()), 1, n, s.get(), 2), InputError);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const auto& want = logits[static_cast<std::size_t>(i)];
+    const auto& got = logits[static_cast<std::size_t>(i + 2)];
+    float scale = 0;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    ASSERT_GT(scale, 0.0f);
+    int wrong = 0;
+    for (std::size_t k = 0; k < want.size(); ++k)
+      wrong += !(std::fabs(got[k] - want[k]) <= 0.03f * scale);
+    EXPECT_EQ(wrong, 0) << "microbatch " << 1 - i;
+  }
+  EXPECT_EQ(memory[1].kv_cache, memory[0].kv_cache);
+  EXPECT_LT(memory[1].activations, memory[0].activations);
+  EngineOptions small = micro;
+  small.max_batch = 2;
+  small.cache_batch = 1;
+  EXPECT_THROW(Transformer(m, small, kGpu), InputError);
 }
 
 // The operations a step ran, by name.

@@ -91,6 +91,29 @@ TEST(EngineMemory, PipelineStages) {
   }
 }
 
+// A stage's microbatches: the cache holds every sequence (cache_batch), the activations one step's
+// (max_batch); a cache smaller than a step is refused.
+TEST(EngineMemory, CacheHoldsEveryMicrobatchActivationsOneStep) {
+  const ModelConfig m = load_preset("llama-2-7b");
+  EngineOptions step;
+  step.max_batch = 4;
+  step.max_tokens = 1024;
+  step.max_context = 1151;
+  EngineOptions all = step;
+  all.max_batch = 16;
+  EngineOptions micro = step;
+  micro.cache_batch = 16;
+  EXPECT_EQ(cache_sequences(step), 4);
+  EXPECT_EQ(cache_sequences(micro), 16);
+  const EngineMemory s = engine_memory(m, step, 0), a = engine_memory(m, all, 0),
+                     u = engine_memory(m, micro, 0);
+  EXPECT_EQ(u.kv_cache, a.kv_cache);
+  EXPECT_EQ(u.activations, s.activations);
+  EXPECT_EQ(u.workspace, s.workspace);
+  EXPECT_EQ(u.weights, s.weights);
+  EXPECT_LT(u.total(), a.total());
+}
+
 // The row pad is a non-negative multiple of 8 elements (16 bytes in bf16), else a clear error.
 TEST(EngineMemory, RowPadIsChecked) {
   const ModelConfig m = load_preset("llama-2-7b");

@@ -62,6 +62,10 @@ struct EngineOptions {
   ActDtype dtype = ActDtype::BF16;
   int layers = 0;          // decoder layers built and run (0: all of the model's)
   int max_batch = 1;       // sequences per step
+  // Sequences the KV cache holds (0: max_batch; else at least max_batch). A pipeline stage runs
+  // microbatches of max_batch sequences, each in its own cache rows (a step's seq0), so its
+  // cache holds all of them while its activations are sized for one step.
+  int cache_batch = 0;
   int max_tokens = 2048;   // prompt tokens per sequence in one prefill
   int max_context = 2048;  // positions the KV cache holds per sequence
   std::uint64_t seed = 1;  // weights
@@ -119,6 +123,8 @@ struct EngineOptions {
 int weight_row_pad(const EngineOptions& options);
 // The same for the caches' rows: kv_row_pad.
 int kv_row_pad(const EngineOptions& options);
+// The sequences the KV cache holds: cache_batch, or max_batch when it is 0.
+int cache_sequences(const EngineOptions& options);
 
 // Sums a buffer over the tensor-parallel ranks in place, enqueued on `stream` (an NCCL
 // all-reduce for `gpubench tp`). Every rank calls it at the same points of a step.

@@ -24,7 +24,8 @@ int microbatches(std::int64_t sequences, int pp) {
 model::EngineOptions rank_engine_options(const Settings& s, const Plan& p, int stage, int trank) {
   model::EngineOptions eo;
   eo.dtype = s.dtype;
-  eo.max_batch = static_cast<int>(p.sequences);
+  eo.max_batch = static_cast<int>(p.micro);  // a step: one microbatch
+  eo.cache_batch = static_cast<int>(p.sequences);
   eo.max_tokens = static_cast<int>(s.prompt);
   eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
   eo.tp_size = p.layout.tp;

@@ -374,7 +374,8 @@ InferenceOutcome run_point(const InferenceRun& run, Rank& self, StageSetup& su, 
   o.transfer_bytes =
       static_cast<double>(seqs * s.seq_len * s.model.hidden_size * act_bytes(run.dtype));
   if (self.rank == 0) spdlog::info("pp: {} stages, {} microbatches of {} sequences", p, m, seqs);
-  model::EngineOptions eo = engine_options(s, s.batch);
+  model::EngineOptions eo = engine_options(s, seqs);  // a step: one microbatch
+  eo.cache_batch = static_cast<int>(seqs * m);
   eo.first_layer = su.first_layer;
   eo.layers = su.layers[static_cast<std::size_t>(self.rank)];
   eo.embed = self.rank == 0;
