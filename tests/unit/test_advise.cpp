@@ -217,7 +217,9 @@ TEST(AdvisePlan, RankEngineOptions) {
   EXPECT_EQ(first.layers, 16);
   EXPECT_TRUE(first.embed);
   EXPECT_FALSE(first.head);
-  EXPECT_EQ(first.max_batch, 4);
+  ASSERT_EQ(p.m, 2);
+  EXPECT_EQ(first.max_batch, 2);    // a step: one microbatch
+  EXPECT_EQ(first.cache_batch, 4);  // the cache: every microbatch's sequences
   EXPECT_EQ(first.max_tokens, 16);
   EXPECT_EQ(first.max_context, 16 + 5 - 1);
   const model::EngineOptions last = rank_engine_options(s, p, 1, 0);
