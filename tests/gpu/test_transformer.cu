@@ -33,6 +33,19 @@ std::vector<float> logits_of(const Transformer& t, int batch, int vocab) {
   return out;
 }
 
+// Logits of `got` off `want` by more than `share` of the largest |want|; -1 when `want` is all
+// zero (nothing to compare against).
+int mismatches(const std::vector<float>& want, const std::vector<float>& got,
+               float share = 0.03f) {
+  float scale = 0;
+  for (float v : want) scale = std::max(scale, std::fabs(v));
+  if (!(scale > 0)) return -1;
+  int wrong = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    wrong += !(std::fabs(got[i] - want[i]) <= share * scale);
+  return wrong;
+}
+
 ModelConfig tiny_llama() {
   return parse_model_config(nlohmann::json::parse(R"({
     "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
@@ -70,13 +83,7 @@ TEST(Transformer, DecodeAfterPrefillEqualsLongerPrefill) {
     t.prefill(short_ids.as<std::int32_t>(), batch, n - 1, s.get());
     t.decode(next_ids.as<std::int32_t>(), batch, n - 1, s.get());
     const auto got = logits_of(t, batch, m.vocab_size);
-    float scale = 0;
-    for (float v : want) scale = std::max(scale, std::fabs(v));
-    ASSERT_GT(scale, 0.0f) << m.name;
-    int wrong = 0;
-    for (std::size_t i = 0; i < want.size(); ++i)
-      wrong += !(std::fabs(got[i] - want[i]) <= 0.03f * scale);
-    EXPECT_EQ(wrong, 0) << m.name << ": logits of decode vs prefill (max |logit| " << scale << ")";
+    EXPECT_EQ(mismatches(want, got), 0) << m.name << ": logits of decode vs prefill";
   }
 }
 
@@ -109,17 +116,8 @@ TEST(Transformer, MicrobatchesInTheirOwnCacheRows) {
     if (o.cache_batch == 2)
       EXPECT_THROW(t.prefill(t.tokens(1, n, 5, s.get()), 1, n, s.get(), 2), InputError);
   }
-  for (int i = 0; i < 2; ++i) {
-    const auto& want = logits[static_cast<std::size_t>(i)];
-    const auto& got = logits[static_cast<std::size_t>(i + 2)];
-    float scale = 0;
-    for (float v : want) scale = std::max(scale, std::fabs(v));
-    ASSERT_GT(scale, 0.0f);
-    int wrong = 0;
-    for (std::size_t k = 0; k < want.size(); ++k)
-      wrong += !(std::fabs(got[k] - want[k]) <= 0.03f * scale);
-    EXPECT_EQ(wrong, 0) << "microbatch " << 1 - i;
-  }
+  for (std::size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(mismatches(logits[i], logits[i + 2]), 0) << "microbatch " << 1 - i;
   EXPECT_EQ(memory[1].kv_cache, memory[0].kv_cache);
   EXPECT_LT(memory[1].activations, memory[0].activations);
   EngineOptions small = micro;
@@ -173,14 +171,7 @@ TEST(Transformer, FusedDecodeEqualsUnfused) {
         EXPECT_EQ(ops[0].seen.count(op), 0u) << where << ": fused step ran " << op;
         EXPECT_EQ(ops[1].seen.count(op), 1u) << where << ": unfused step without " << op;
       }
-      float scale = 0;
-      for (float v : got[1]) scale = std::max(scale, std::fabs(v));
-      ASSERT_GT(scale, 0.0f) << where;
-      int wrong = 0;
-      for (std::size_t k = 0; k < got[1].size(); ++k)
-        wrong += !(std::fabs(got[0][k] - got[1][k]) <= 0.02f * scale);
-      EXPECT_EQ(wrong, 0) << where << ": fused vs unfused decode logits (max |logit| " << scale
-                          << ")";
+      EXPECT_EQ(mismatches(got[1], got[0], 0.02f), 0) << where << ": fused vs unfused logits";
     }
   }
 }
@@ -388,12 +379,7 @@ TEST(Transformer, PipelineStagesEqualTheWholeModel) {
                                    cudaMemcpyDeviceToDevice, s.get()));
     b.prefill(nullptr, batch, n, s.get());
     auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
-      float scale = 0;
-      for (float v : ref) scale = std::max(scale, std::fabs(v));
-      int wrong = scale > 0 ? 0 : -1;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        wrong += !(std::fabs(got[i] - ref[i]) <= 0.01f * scale);
-      return wrong;
+      return mismatches(ref, got, 0.01f);
     };
     EXPECT_EQ(close(logits_of(b, batch, m.vocab_size), want), 0) << m.name << ": prefill";
     // One decode step at position n through both.
