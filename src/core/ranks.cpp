@@ -261,6 +261,12 @@ void RankGroup::wait(const Event& done, double timeout_s, const char* what) {
   });
 }
 
+void RankGroup::sync(Rank& self) {
+  Event done(self.device, /*timing=*/false);
+  done.record(self.stream->get());
+  wait(done, 0, "the rank's GPU work");
+}
+
 Measurement RankGroup::measure(Rank& self, const Launch& launch, const MeasureOptions& o) {
   cudaStream_t stream = self.stream->get();
   Event start(self.device), stop(self.device);

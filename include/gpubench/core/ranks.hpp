@@ -68,6 +68,10 @@ class RankGroup {
   // device marked stuck (its queued work may wait for the failed rank). Call from inside run().
   void wait(const Event& done, double timeout_s, const char* what);
 
+  // Waits for everything queued on `self`'s stream so far, ending this rank as wait() does when
+  // another rank failed; no time limit (a stuck run is the watchdog's). Call from inside run().
+  void sync(Rank& self);
+
   // Times `launch` on every rank: barrier before each iteration, per-iteration time = the max
   // over ranks of that rank's event time (or the one opts.rank_time names). Stopping rule as
   // Measurer::run, decided on rank 0's view of the combined samples. Call from inside run(); every

@@ -231,7 +231,7 @@ std::map<std::uint64_t, double> time_ops(Context& ctx, const Settings& s, int ra
         // Once eagerly first: NCCL sets up its connections outside the capture.
         collective(kind, buf.get(), bytes, type, self.rank, ranks, comm.get(), engines, s.dtype,
                    st);
-        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        self.group->sync(self);
         CudaGraph graph;
         graph.capture(st, [&](cudaStream_t s2) {
           for (int i = 0; i < kGraphRepeats; ++i)
@@ -243,7 +243,7 @@ std::map<std::uint64_t, double> time_ops(Context& ctx, const Settings& s, int ra
       }
       if (self.rank == 0) out[bytes] = m.median_s() / (sends ? 1 : kGraphRepeats);
     }
-    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    self.group->sync(self);
     // A one-shot wait that gave up timed nothing worth keeping: no block, its plans dropped.
     if (group->any(self.rank, shots && shots->timed_out(self.rank))) {
       if (self.rank == 0) {

@@ -63,7 +63,7 @@ std::vector<double> reference_samples(const Settings& s, const ParamPlan& plan,
           ref.backward(0, slab, dgrad.get(), st, mb > 0, nullptr);
           model::TrainStage::release(slab, st);
         }
-        GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+        self.group->sync(self);
         const std::int64_t eb = static_cast<std::int64_t>(act_bytes(s.dtype));
         for (std::size_t k = 0; k < count; ++k) {
           const model::TrainLinear& t = ref.param(static_cast<int>(k / kSamples));
@@ -144,7 +144,7 @@ void checked_step(const Settings& s, Strategy k, Replica& rep, const std::vector
   DeviceBuffer tally(self.device, sizeof(GemmCheckTally));
   GPB_CUDA_CHECK(cudaMemsetAsync(tally.get(), 0, tally.bytes(), st));
   rep.step(st, tally.as<GemmCheckTally>());
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   GemmCheckTally gt{};
   GPB_CUDA_CHECK(cudaMemcpy(&gt, tally.get(), sizeof gt, cudaMemcpyDeviceToHost));
   const Tallies t = compare_samples(s, rep, positions, ref, group.size());
@@ -271,16 +271,16 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
   // One more step, traced on every rank, read on rank 0.
   rep.arm_trace();
   Event start(self.device);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   group.barrier();
   start.record(st);
   rep.step(st);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   std::vector<TraceSpan> spans = rep.trace(start);
   if (self.rank == 0) o.trace = std::move(spans);
   const auto used = group.all_gather(self.rank, static_cast<double>(after - before));
   o.measured_bytes = static_cast<std::uint64_t>(*std::max_element(used.begin(), used.end()));
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   group.barrier();  // every rank done with its buffers before the communicator goes
 }
 

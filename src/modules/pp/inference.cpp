@@ -180,12 +180,12 @@ void make_reference(const InferenceRun& run, Rank& self, std::int64_t seqs, int 
     model::Transformer whole(s.model, whole_eo, self.device);
     for (int mb = 0; mb < m; ++mb) {
       whole.prefill(whole.tokens(b, n, kTokenSeed + mb, st), b, n, st);
-      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      self.group->sync(self);
       run.reference[std::make_tuple(seqs, s.seq_len, mb)] =
           model::to_host_values(whole.logits(), logit_elems, run.dtype);
       // The decode step after it: the logits of the prompt plus one token (key seq_len + 1).
       whole.decode(whole.tokens(b, 1, kDecodeSeed + mb, st), b, n, st);
-      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      self.group->sync(self);
       run.reference[std::make_tuple(seqs, s.seq_len + 1, mb)] =
           model::to_host_values(whole.logits(), logit_elems, run.dtype);
     }
@@ -317,11 +317,11 @@ void trace_prefill(const InferenceRun& run, Rank& self, StageSteps& steps, Infer
   std::vector<Event> marks;
   for (int k = 0; k < 3 * m; ++k) marks.emplace_back(self.device);
   Event start(self.device);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   run.group.barrier();
   start.record(st);
   steps.prefill(st, false, &marks);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   Timeline t;
   t.stages.resize(static_cast<std::size_t>(p));
   double send_s = 0;
@@ -391,7 +391,7 @@ InferenceOutcome run_point(const InferenceRun& run, Rank& self, StageSetup& su, 
   make_reference(run, self, seqs, m);
   StageSteps steps(run, self, su, eo, seqs, m);
   steps.prefill(st, true, nullptr);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   check_logits(run, self, steps, s.seq_len, "", o.check_error, o);
   // Timed: the step, the slowest stage per iteration.
   o.step = run.group.measure(
@@ -401,7 +401,7 @@ InferenceOutcome run_point(const InferenceRun& run, Rank& self, StageSetup& su, 
   o.memory_per_gpu = steps.engine().memory().total();
   // Decode: one token for every sequence at context seq_len, its logits checked like prefill's.
   steps.decode(st, true);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   check_logits(run, self, steps, s.seq_len + 1, "decode ", o.decode_check_error, o);
   if (o.status == "ok")
     o.decode = run.group.measure(

@@ -104,7 +104,7 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     if (self.rank == 0 && !reference.count(key)) {
       model::Transformer whole(s.model, whole_eo, self.device);
       whole.prefill(whole.tokens(b, n, kTokenSeed, st), b, n, st);
-      GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+      self.group->sync(self);
       reference[key] = model::to_host_values(whole.logits(), logit_elems, dtype);
     }
     group.barrier();
@@ -140,7 +140,7 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
     // last stage (tensor rank 0) against the whole model's.
     double error = 0;
     through(0, st);
-    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    self.group->sync(self);
     if (stage == l.pp - 1 && trank == 0)
       error = model::relative_l2(model::to_host_values(engine.logits(), logit_elems, dtype),
                                  reference.at(key));

@@ -264,7 +264,7 @@ void check_step(const TrainingRun& run, Rank& self, StepExecutor& ex, StageLinks
   const int p = run.p, stage = self.rank;
   const cudaStream_t st = self.stream->get();
   ex.run(st, false, true);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   const GemmCheckTally t = ex.tally();
   float ratio = 0;
   std::memcpy(&ratio, &t.max_error_ratio_bits, sizeof ratio);
@@ -304,12 +304,12 @@ void trace_step(const TrainingRun& run, Rank& self, StepExecutor& ex, TrainStage
   const cudaStream_t st = self.stream->get();
   ex.arm_marks();
   Event start(self.device);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   ts.reset_pool_high();
   group.barrier();
   start.record(st);
   ex.run(st, true, false);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   const std::vector<OpMarks> mine = ex.read_marks(start);
   // Every stage's marks (the same number of operations on every stage), in stage order.
   std::vector<std::vector<OpMarks>> all(static_cast<std::size_t>(run.p),
@@ -454,7 +454,7 @@ TrainingOutcome run_point(const TrainingRun& run, Rank& self, StageSetup& su, in
   trace_step(run, self, ex, ts, o);
   if (self.rank == 0) o.flops = step_flops(run, su.stage_blocks, m, seqs);
   time_transfer_alone(run, self, links, o);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  self.group->sync(self);
   run.group.barrier();  // every stage done with its buffers before the next microbatch count
   return o;
 }

@@ -210,7 +210,7 @@ void time_parts(const PointRun& p, Outcome& o, bool prefill, const std::int32_t*
     p.engine.prefill(ids, b, n, st);
   else
     p.engine.decode(next, b, n, st);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  p.self.group->sync(p.self);
   p.engine.set_observer(nullptr);
   o.ops = split_by_kind(timer.collect());
   if (prefill || p.t == 1) return;
@@ -248,7 +248,7 @@ void run_point(const PointRun& p, Outcome& o) {
     next = engine.tokens(b, 1, 8, st);
     engine.decode(next, b, n, st);
   }
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  p.self.group->sync(p.self);
   // The row names the collectives its checked step went through.
   if (p.rc.copied && p.rc.copied->copied() == copied) o.collectives = "nccl";
   check_logits(p, o, o.length, &o.check_error, "");
@@ -270,7 +270,7 @@ void run_point(const PointRun& p, Outcome& o) {
     // The same prefill in overlap chunks, checked, then timed.
     engine.set_overlap_chunks(p.eo.overlap_chunks);
     engine.prefill(ids, b, n, st);
-    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    p.self.group->sync(p.self);
     if (engine.last_chunks() > 1) {
       o.overlap_chunks = engine.last_chunks();
       check_logits(p, o, o.length, &o.overlap_check_error, "overlapped: ");
@@ -284,7 +284,7 @@ void run_point(const PointRun& p, Outcome& o) {
   // A one-shot all-reduce whose wait for a peer gave up leaves wrong sums behind (and times
   // that say nothing): the point fails.
   if (p.rc.shots) {
-    GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+    p.self.group->sync(p.self);
     if (p.group.any(p.self.rank, p.rc.shots->timed_out(p.self.rank))) {
       o.status = "failed";
       o.note =
