@@ -26,12 +26,15 @@ namespace gpubench {
 
 namespace {
 // Thrown inside ranks blocked in barrier() or wait() when another rank failed: ends them quietly.
-// Work this rank queued may wait for the failed one for ever, so its device is marked stuck first
-// (its buffers are left allocated rather than freed behind that work).
+// Work still queued on this rank's stream may wait for the failed one for ever, so its device is
+// then marked stuck first (its buffers are left allocated rather than freed behind that work); a
+// rank whose stream is done frees as usual.
 struct GroupAborted {};
+thread_local cudaStream_t t_rank_stream = nullptr;  // this thread's rank's stream, inside run()
 [[noreturn]] void end_aborted_rank() {
+  const bool busy = !t_rank_stream || cudaStreamQuery(t_rank_stream) == cudaErrorNotReady;
   int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess) mark_device_stuck(device);
+  if (busy && cudaGetDevice(&device) == cudaSuccess) mark_device_stuck(device);
   throw GroupAborted{};
 }
 }  // namespace
@@ -168,6 +171,7 @@ void RankGroup::run(const std::function<void(Rank&)>& body) {
       try {
         GPB_CUDA_CHECK(cudaSetDevice(impl_->devices[r]));
         Stream stream(impl_->devices[r]);
+        t_rank_stream = stream.get();
         Rank self{r, n, impl_->devices[r], &stream, this};
         body(self);
         stream.synchronize();

@@ -64,8 +64,9 @@ class RankGroup {
   void broadcast(int rank, void* data, std::size_t bytes, int root = 0);
 
   // Waits for `done` on this rank, as wait_for (TimeoutError past timeout_s > 0; none: no limit),
-  // and in one process ends this rank as barrier() does as soon as another rank failed, its
-  // device marked stuck (its queued work may wait for the failed rank). Call from inside run().
+  // and in one process ends this rank as barrier() does as soon as another rank failed (its
+  // device marked stuck while its stream has work queued: that work may wait for the failed
+  // rank). Call from inside run().
   void wait(const Event& done, double timeout_s, const char* what);
 
   // Waits for everything queued on `self`'s stream so far, ending this rank as wait() does when
