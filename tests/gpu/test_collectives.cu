@@ -476,6 +476,20 @@ TEST(OneShotKernel, RanksOnDifferentPathsAgree) {
           __float2bfloat16(static_cast<float>(i % 7 + 3 * r));
   DeviceBuffer aligned(0, slot), shifted(0, slot + 16);
   void* data[kRanks] = {aligned.get(), shifted.as<unsigned char>() + 2};
+  // Each path's kernel once alone (a rank of one): CUDA loads a kernel at its first launch and
+  // may wait for the kernels running then, which here would be the peer spinning for this one.
+  {
+    DeviceBuffer own(0, one_shot_recv_bytes(1, slot)), word(0, one_shot_word_bytes(1));
+    GPB_CUDA_CHECK(cudaMemset(word.get(), 0, word.bytes()));
+    OneShotPeers alone;
+    alone.slot_bytes = slot;
+    alone.recv[0] = own.get();
+    alone.flags[0] = word.as<unsigned int>();
+    alone.counter = word.as<unsigned int>() + one_shot_counter_index(1);
+    alone.error = word.as<unsigned int>() + one_shot_error_index(1);
+    for (void* x : data) one_shot_all_reduce(x, n, alone, ActDtype::BF16, nullptr);
+    GPB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   std::vector<Stream> streams;
   for (int r = 0; r < kRanks; ++r) {
     GPB_CUDA_CHECK(cudaMemcpy(data[r], values[static_cast<std::size_t>(r)].data(), slot,
