@@ -36,9 +36,7 @@ OneShotGroup::OneShotGroup(const std::vector<int>& devices, std::size_t slot_byt
       p.recv[j] = recv_[static_cast<std::size_t>(j)].get();
       p.flags[j] = words_[static_cast<std::size_t>(j)].as<unsigned int>();
     }
-    unsigned int* mine = words_[static_cast<std::size_t>(r)].as<unsigned int>();
-    p.counter = mine + one_shot_counter_index(t);
-    p.error = mine + one_shot_error_index(t);
+    use_own_words(p);
     peers_.push_back(p);
   }
   for (int d : devices) {  // the zeroed words in place before any rank's kernel reads them
@@ -117,9 +115,7 @@ std::unique_ptr<OneShotGroup> OneShotGroup::over_ipc(RankGroup& group, int rank,
   }
   (void)cudaGetLastError();
   if (group.any(rank, !mapped)) return nullptr;  // what was mapped is closed by the destructor
-  unsigned int* mine = g->words_.back().as<unsigned int>();
-  p.counter = mine + one_shot_counter_index(t);
-  p.error = mine + one_shot_error_index(t);
+  use_own_words(p);
   g->peers_.assign(static_cast<std::size_t>(t), OneShotPeers{});
   g->peers_[static_cast<std::size_t>(rank)] = p;
   g->peers_ok_ = true;

@@ -464,9 +464,7 @@ TEST(OneShotKernel, RanksOnDifferentPathsAgree) {
       p.recv[j] = recv[static_cast<std::size_t>(j)].get();
       p.flags[j] = words[static_cast<std::size_t>(j)].as<unsigned int>();
     }
-    unsigned int* mine = words[static_cast<std::size_t>(r)].as<unsigned int>();
-    p.counter = mine + one_shot_counter_index(kRanks);
-    p.error = mine + one_shot_error_index(kRanks);
+    use_own_words(p);
   }
   // Small integers: every sum is exact in bf16.
   std::vector<std::vector<__nv_bfloat16>> values(kRanks, std::vector<__nv_bfloat16>(n));
@@ -485,8 +483,7 @@ TEST(OneShotKernel, RanksOnDifferentPathsAgree) {
     alone.slot_bytes = slot;
     alone.recv[0] = own.get();
     alone.flags[0] = word.as<unsigned int>();
-    alone.counter = word.as<unsigned int>() + one_shot_counter_index(1);
-    alone.error = word.as<unsigned int>() + one_shot_error_index(1);
+    use_own_words(alone);
     for (void* x : data) one_shot_all_reduce(x, n, alone, ActDtype::BF16, nullptr);
     GPB_CUDA_CHECK(cudaDeviceSynchronize());
   }

@@ -41,6 +41,11 @@ std::size_t one_shot_word_bytes(int size);
 // Where the counters and the error word sit in the words (after the 2 x blocks x size flags).
 inline int one_shot_counter_index(int size) { return 2 * kOneShotMaxBlocks * size; }
 inline int one_shot_error_index(int size) { return one_shot_counter_index(size) + kOneShotMaxBlocks; }
+// Points p.counter and p.error into this rank's own words, p.flags[p.rank] (rank and size set).
+inline void use_own_words(OneShotPeers& p) {
+  p.counter = p.flags[p.rank] + one_shot_counter_index(p.size);
+  p.error = p.flags[p.rank] + one_shot_error_index(p.size);
+}
 // The blocks a call of `vecs` accesses uses: one per kOneShotThreads of them, 1..kOneShotMaxBlocks.
 inline constexpr int kOneShotThreads = 512;
 inline int one_shot_blocks(std::int64_t vecs) {

@@ -250,7 +250,7 @@ void run_point(const PointRun& p, Outcome& o) {
   }
   p.self.group->sync(p.self);
   // The row names the collectives its checked step went through.
-  if (p.rc.copied && p.rc.copied->copied() == copied) o.collectives = "nccl";
+  if (p.rc.copied && copies() == copied) o.collectives = "nccl";
   check_logits(p, o, o.length, &o.check_error, "");
   if (prefill) {
     o.attention_path = engine.attention_path();
