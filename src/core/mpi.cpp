@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -11,9 +12,11 @@
 #ifdef GPUBENCH_HAVE_MPI
 #include <cuda_runtime_api.h>
 #include <mpi.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <array>
+#include <thread>
 #endif
 
 namespace gpubench {
@@ -26,6 +29,10 @@ MPI_Comm g_local = MPI_COMM_NULL;  // this node's processes
 // any_process's own: a process that agrees while the others are still inside a module's
 // collective on MPI_COMM_WORLD waits for them, never matching one of theirs.
 MPI_Comm g_agree = MPI_COMM_NULL;
+// Whether another thread (the watchdog's, the signal handling's) may call MPI_Abort while the
+// main thread is inside MPI: only where MPI provides MPI_THREAD_MULTIPLE.
+bool g_thread_multiple = false;
+std::thread::id g_main_thread;
 #endif
 
 int env_int(const char* name, int fallback) {
@@ -76,6 +83,8 @@ MpiSession::MpiSession() : info_(detect_launch()) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   initialised_ = true;
+  g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+  g_main_thread = std::this_thread::get_id();
   MPI_Comm_rank(MPI_COMM_WORLD, &info_.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &info_.size);
   if (info_.size <= 1) {  // each process would run alone on every GPU, all at once
@@ -96,6 +105,10 @@ MpiSession::MpiSession() : info_(detect_launch()) {
   MPI_Allgather(&pid, 1, MPI_UNSIGNED, info_.node_pids.data(), 1, MPI_UNSIGNED, g_local);
   info_.mpi = true;
   g_info = info_;
+  if (!g_thread_multiple && info_.rank == 0)
+    spdlog::warn(
+        "this MPI does not provide MPI_THREAD_MULTIPLE: a hung rank ends the job by exiting, "
+        "not by MPI_Abort (the launcher then ends the other processes)");
 #else
   throw InputError(fmt::format(
       "started by {} with {} processes, but this gpubench was built without MPI (install an MPI "
@@ -182,7 +195,13 @@ bool any_process(bool value) {
 
 void abort_job(int code) {
 #ifdef GPUBENCH_HAVE_MPI
-  if (g_info.mpi) MPI_Abort(MPI_COMM_WORLD, code);
+  if (g_info.mpi) {
+    if (g_thread_multiple || std::this_thread::get_id() == g_main_thread)
+      MPI_Abort(MPI_COMM_WORLD, code);
+    // No MPI call is allowed here; exiting without MPI_Finalize makes the launcher end the job.
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
 #endif
   std::exit(code);
 }
