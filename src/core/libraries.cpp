@@ -71,7 +71,10 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas, i
 }
 
 NcclComm::~NcclComm() {
-  reset();
+  if (std::uncaught_exceptions() > uncaught_)
+    abort();
+  else
+    reset();
 }
 
 void NcclComm::reset() noexcept {

@@ -169,13 +169,6 @@ LayoutComms::LayoutComms(RankGroup& group, int rank, const Layout& l, bool ring,
     this->ring = NcclComm(id(tp_groups + pp_groups + pipeline), l.pp, at.stage, max_ctas);
 }
 
-LayoutComms::~LayoutComms() {
-  if (std::uncaught_exceptions() <= uncaught_) return;
-  ring.abort();
-  pp.abort();
-  tp.abort();
-}
-
 std::string agreed_memory_check(RankGroup& group, int rank, std::uint64_t need) {
   std::size_t free_b = 0, total_b = 0;
   GPB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

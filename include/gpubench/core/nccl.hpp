@@ -23,6 +23,10 @@ namespace gpubench {
 // "2.28.3" from the loaded library (not the header).
 std::string nccl_library_version();
 
+// Destroyed while an exception unwinds that was thrown after it was made (this rank failed, or
+// a peer did and the group ended this one), the communicator is aborted, not destroyed: a
+// collective of its own may wait for a peer that is gone, ncclCommDestroy would wait with it,
+// and only an abort ends it.
 class NcclComm {
  public:
   NcclComm() = default;
@@ -33,7 +37,7 @@ class NcclComm {
   NcclComm(const ncclUniqueId& id, int nranks, int rank, int max_ctas = 0, int cta_policy = -1);
   ~NcclComm();
   NcclComm(NcclComm&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
-  NcclComm& operator=(NcclComm&& o) noexcept {
+  NcclComm& operator=(NcclComm&& o) noexcept {  // keeps this object's own unwinding count
     if (this != &o) {
       reset();
       comm_ = std::exchange(o.comm_, nullptr);
@@ -50,6 +54,7 @@ class NcclComm {
  private:
   void reset() noexcept;
   ncclComm_t comm_ = nullptr;
+  int uncaught_ = std::uncaught_exceptions();
 };
 
 // Aborts `comm` when the scope it is declared in is left by an exception, before the objects

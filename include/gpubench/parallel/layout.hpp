@@ -3,7 +3,6 @@
 // layouts and advise: what a layout is, which layouts a model allows, how a pipeline's layers
 // are split into stages, where a rank sits in a layout and the communicators it joins there.
 #include <cstdint>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -50,19 +49,11 @@ struct Place {
 // generation, the same pipeline's ring (the last stage hands each step's next tokens back to
 // the first) on a communicator of its own, so that a ring transfer never queues behind the
 // hidden states. Construct on every rank of the group inside group.run(): the ids are made on
-// rank 0 and broadcast. max_ctas > 0 caps the pipeline communicators' CTAs.
-// Destroyed while an exception unwinds (this rank failed, or a peer did and the group ended it),
-// the communicators are aborted, not destroyed: a collective of theirs may wait for a peer that
-// is gone, and only an abort ends it.
+// rank 0 and broadcast. max_ctas > 0 caps the pipeline communicators' CTAs. Destroyed while an
+// exception unwinds, the communicators are aborted (NcclComm).
 struct LayoutComms {
   LayoutComms(RankGroup& group, int rank, const Layout& l, bool ring = false, int max_ctas = 0);
-  ~LayoutComms();
-  LayoutComms(const LayoutComms&) = delete;
-  LayoutComms& operator=(const LayoutComms&) = delete;
   NcclComm tp, pp, ring;
-
- private:
-  int uncaught_ = std::uncaught_exceptions();
 };
 
 // Room on every rank's GPU for what it is about to allocate (`need` bytes on this rank, beside

@@ -42,9 +42,10 @@ void Collectives::all_gather(const void* send, void* recv, std::int64_t chunk, c
   GPB_NCCL_CHECK(ncclAllGather(send, recv, static_cast<std::size_t>(chunk), type_, comm_, st));
 }
 
-void Collectives::warm(int device, std::int64_t largest, cudaStream_t st) {
+void Collectives::warm(RankGroup& group, Rank& self, std::int64_t largest) {
   const std::int64_t small = std::int64_t{1} << 16;
-  DeviceBuffer b(device, static_cast<std::size_t>(std::max(small * ranks_, largest)) * 2);
+  const cudaStream_t st = self.stream->get();
+  DeviceBuffer b(self.device, static_cast<std::size_t>(std::max(small * ranks_, largest)) * 2);
   GPB_CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), st));
   for (const std::int64_t chunk : {small, largest / ranks_}) {
     if (chunk <= 0) continue;
@@ -53,7 +54,7 @@ void Collectives::warm(int device, std::int64_t largest, cudaStream_t st) {
     reduce_scatter(b.get(), at, chunk, st);
     all_gather(at, b.get(), chunk, st);
   }
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  group.sync(self);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -252,7 +252,7 @@ void run_rank(const Settings& s, Strategy k, std::int64_t batch, std::int64_t eb
   Collectives comm(nccl.get(), self.rank, group.size(), s.dtype);
   std::int64_t largest = 0;
   for (const Bucket& b : plan.buckets) largest = std::max(largest, b.elems);
-  comm.warm(self.device, largest, st);  // NCCL's buffers set up before the memory is counted
+  comm.warm(group, self, largest);  // NCCL's buffers set up before the memory is counted
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
   const std::uint64_t before = used_bytes();
   Replica rep(s, k, plan, batch, comm, self.device, st, faults);

@@ -401,7 +401,7 @@ double step_flops(const TrainingRun& run, const std::vector<int>& stage_blocks, 
 void warm_over_nccl(const TrainingRun& run, Rank& self, StepExecutor& ex, StageLinks& links) {
   links.set_copy_engines(false);
   ex.run(self.stream->get(), false, true);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(self.stream->get()));
+  run.group.sync(self);
   run.group.barrier();  // every stage done with its rings before the copy engines fill them
   links.restart();
   links.set_copy_engines(true);

@@ -401,7 +401,7 @@ std::vector<Outcome> run_degree(Context& ctx, const Settings& s, int t, RankGrou
       }
     }
     if (rc.ipc) {  // no peer may still write into this rank's buffers when they are freed
-      GPB_CUDA_CHECK(cudaStreamSynchronize(self.stream->get()));
+      group.sync(self);
       group.barrier();
     }
   });

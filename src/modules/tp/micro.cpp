@@ -226,7 +226,7 @@ void time_overlap(MicroPoint& p, MicroOutcome& o, const std::vector<double>& wan
     GPB_CUDA_CHECK(cudaStreamWaitEvent(s2, comm_done.get(), 0));
   };
   overlapped(st, 0);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  p.group.sync(r.self);
   p.group.barrier();
   if (r.self.rank == 0) {
     const std::int64_t S = p.s.micro_size;
@@ -251,7 +251,7 @@ void run_micro_point(MicroPoint& p, MicroOutcome& o) {
   // Checked once, before timing.
   p.compute(st);
   p.collective(st);
-  GPB_CUDA_CHECK(cudaStreamSynchronize(st));
+  p.group.sync(self);
   p.group.barrier();
   const std::vector<double> want = check_point(p, o, st);
   const auto timed = [&](const Launch& launch) {

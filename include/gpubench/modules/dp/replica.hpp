@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
+#include "gpubench/core/ranks.hpp"
 #include "gpubench/kernels/gemm_check.cuh"
 #include "gpubench/model/train_stage.hpp"
 #include "gpubench/modules/dp/dp.hpp"
@@ -29,7 +30,8 @@ class Collectives {
   // A collective of each kind at 64K elements and at `largest` (a whole bucket's elements, a
   // multiple of the ranks), so that the connections and buffers NCCL sets up on a size's first
   // use (its algorithm and protocol for that size) exist before the replica's memory is counted.
-  void warm(int device, std::int64_t largest, cudaStream_t st);
+  // On `self`'s stream; returns when they are done (ending the rank as RankGroup::sync does).
+  void warm(RankGroup& group, Rank& self, std::int64_t largest);
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
 
