@@ -222,7 +222,8 @@ has sigterm_mpi && command -v mpirun >/dev/null && stopped sigterm_mpi mpirun --
   --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce --collective all -b 8 -e 8G -f 2
 # hung_rank: under mpirun, the last rank frozen (SIGSTOP, as a process stuck in the kernel is)
 # HUNG_AFTER seconds (default 20) into the all_reduce sweep: the job must end by itself within
-# the watchdog's limit (twice --timeout 10), rank 0 writing the sizes finished before.
+# the watchdog's limit (30 s: twice --timeout 10, at least 30), rank 0 writing the sizes
+# finished before.
 if has hung_rank && command -v mpirun >/dev/null && ((ngpu > 1)); then
   mkdir -p "$work/hung_rank"
   mpirun --allow-run-as-root --bind-to none -np "$ngpu" -x NCCL_NVLS_ENABLE "$bin" allreduce \

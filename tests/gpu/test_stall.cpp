@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -153,14 +154,15 @@ TEST(Stall, HungRankInAllreduceSweep) {
   const int np = gpubench::visible_device_count();
   if (np < 2) GTEST_SKIP() << "needs 2 GPUs";
   if (!has_mpirun()) GTEST_SKIP() << "no mpirun";
-  // 2x --timeout is the watchdog's limit: the job must end well within it and the grace of the
-  // other ranks (that limit and 10 s more).
+  // The watchdog's limit is 30 s (twice --timeout, at least 30): the job must end within it and
+  // the grace of the other ranks (10 s more); --timeout itself ends a hung collective in 5.
+  // The fifth size's progress line: four sizes finished.
   const Stalled s = freeze_last_rank(np, "allreduce -b 1K -e 1G -f 2 --timeout 5 --max-time 0.05",
-                                     "allreduce: all_reduce", 4, 60);
+                                     "] all_reduce ", 5, 60);
   ASSERT_NE(s.exit_code, -2) << "the last rank was never frozen\n" << s.log;
   EXPECT_NE(s.exit_code, 0) << s.log;
   EXPECT_NE(s.exit_code, 124) << "the job hung\n" << s.log;
-  EXPECT_LT(s.seconds, 40) << s.log;
+  EXPECT_LT(s.seconds, 45) << s.log;
   ASSERT_TRUE(s.report.is_object()) << s.log;
   EXPECT_EQ(s.report["status"], "failed");
   const std::string error = s.report.value("error", "");
@@ -173,7 +175,7 @@ TEST(Stall, HungRankInAllreduceSweep) {
 }
 
 TEST(Stall, HungRankInPipeline) {
-  const int np = gpubench::visible_device_count();
+  const int np = std::min(gpubench::visible_device_count(), 4);  // 4 layers: at most 4 stages
   if (np < 2) GTEST_SKIP() << "needs 2 GPUs";
   if (!has_mpirun()) GTEST_SKIP() << "no mpirun";
   // Training on np stages after the one-GPU base: freeze the last stage once the base is done.

@@ -538,12 +538,13 @@ TEST(TpEngine, OneShotAllReduceSumsExactly) {
     if (t > n) continue;
     std::vector<int> devices(static_cast<std::size_t>(t));
     std::iota(devices.begin(), devices.end(), 0);
-    parallel::OneShotGroup shots(devices, std::size_t{64} << 10);
+    parallel::OneShotGroup shots(devices, std::size_t{256} << 10);
     if (!shots.peers_ok()) GTEST_SKIP() << "no peer access between the GPUs";
     constexpr int kCalls = 3, kReplays = 3;
-    // Packs of 8 and any length, in 1, 2, 8 and 16 blocks (a slot holds 32768): calls of
-    // different block counts in turn, so the blocks' call counts must stay in step.
-    const std::vector<std::int64_t> sizes = {4096, 1001, 32768, 20003};
+    // Packs of 8 and any length, in 1, 2, 8 and 16 blocks (a slot holds 131072; a block takes
+    // 512 units of 8): calls of different block counts in turn, so the blocks' call counts must
+    // stay in step.
+    const std::vector<std::int64_t> sizes = {4096, 8001, 32768, 100003};
     // host[r][b]: rank r's buffer b as the host expects it.
     auto value = [](int r, int b, std::int64_t i, int call) {
       const std::uint64_t h = (static_cast<std::uint64_t>(r) * 1000003u + b * 7919u +

@@ -81,6 +81,9 @@ struct LinkLoad::Impl {
         GPB_CUDA_CHECK(cudaMemcpy(&b, at, 1, cudaMemcpyDeviceToHost));
         b ^= 0x10;
         GPB_CUDA_CHECK(cudaMemcpy(at, &b, 1, cudaMemcpyHostToDevice));
+        // From pageable memory cudaMemcpy may return before the byte lands; the check reads
+        // it on another GPU's stream.
+        GPB_CUDA_CHECK(cudaDeviceSynchronize());
       }
     }
     return stop.seconds_since(start);
