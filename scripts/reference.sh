@@ -162,7 +162,8 @@ fi
 # advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences, training at 4 x
 # 4096 tokens a GPU), beside seqlen's generation of the same shapes on one GPU (the baseline both
 # run); one GPU also advise_train, training cut to 8 layers (no one GPU trains all 32);
-# advise_70b: llama-2-70b, which no one GPU holds (several GPUs only).
+# advise_70b: llama-2-70b, which no one GPU holds (several GPUs only); on 4 GPUs as tp=4,
+# tp=2 x pp=2 and pp=4, each run and checked beside the one-GPU baseline.
 if has advise; then
   gpb advise 500 advise
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
@@ -171,7 +172,11 @@ fi
 # advise_train1: every layer of llama-2-7b trained at one sequence of 4096 tokens a GPU, what one
 # H200 holds (4 sequences need 167 GiB).
 has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch 1
-has advise_70b && gpb advise_70b 590 advise --model llama-2-70b
+if has advise_70b; then
+  layouts=()
+  ((ngpu == 4)) && layouts=(--layouts tp=4,tp=2xpp=2,pp=4)
+  gpb advise_70b 590 advise --model llama-2-70b "${layouts[@]}"
+fi
 
 # dp: data-parallel training of llama-2-7b's shapes, 4 sequences of 4096 tokens a GPU, every
 # strategy at 1, 2, 4 GPUs. One GPU: 8 layers, where every strategy's replica fits; several: every

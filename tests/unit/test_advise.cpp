@@ -68,6 +68,8 @@ TEST(AdviseSettings, Defaults) {
   EXPECT_EQ(s.small_collectives, "auto");
   EXPECT_EQ(s.small_all_reduces, "");  // decided on the GPUs
   EXPECT_FALSE(s.to_json().contains("small_all_reduces"));
+  EXPECT_EQ(s.layouts, "");
+  EXPECT_EQ(s.to_json()["layouts"], "every");
   const Settings q = resolve_settings(Options{}, true);
   EXPECT_EQ(q.prompt, 512);
   EXPECT_EQ(q.output_len, 32);
@@ -85,7 +87,10 @@ TEST(AdviseSettings, GivenValues) {
   o.batch_sizes = "32,8";  // kept ascending
   o.memory = 80;           // GiB
   o.top = 16;
+  o.layouts = " tp=4,tp=2xpp=2,pp=4 ";           // parsed against the run's GPUs, in run()
   const Settings s = resolve_settings(o, true);  // given values win over quick's defaults
+  EXPECT_EQ(s.layouts, "tp=4,tp=2xpp=2,pp=4");
+  EXPECT_EQ(s.to_json()["layouts"], "tp=4,tp=2xpp=2,pp=4");
   EXPECT_EQ(s.workloads, (std::vector<Workload>{Workload::Throughput}));
   EXPECT_EQ(s.prompt, 64);
   EXPECT_EQ(s.output_len, 8);

@@ -129,6 +129,9 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     app.add_option("--top", opts_.top,
                    "Layouts run besides the one-GPU baseline, per workload and batch (default "
                    "3; quick 1)");
+    app.add_option("--layouts", opts_.layouts,
+                   "Generation's layouts to rank and run over all the GPUs, e.g. "
+                   "tp=4,tp=2xpp=2,pp=4 (default every one; one GPU stays the baseline)");
     app.add_option("--from", opts_.from,
                    "Take the building blocks from this earlier advise run (folder or report) "
                    "instead of measuring them");
@@ -159,6 +162,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
 
   Report run(Context& ctx) override {
     Settings s = resolve_settings(opts_, ctx.quick());
+    const int gpus = static_cast<int>(ctx.gpus().size());
+    const std::vector<Layout> layouts = s.layouts.empty()
+                                            ? parallel::every_layout(gpus, s.model)
+                                            : parallel::parse_layouts(s.layouts, gpus, s.model);
     // Peer access between every pair: the one-shot kernel and the copy engines can run. One GPU
     // runs no tensor-parallel all-reduce: its path is left unsaid.
     const bool peers = ctx.gpus().size() > 1 && PeerAccess(ctx.gpus()).all();
@@ -177,14 +184,13 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       report.warn(
           "--small-collectives one-shot: these GPUs lack peer access between some pair; the "
           "small all-reduces run over NCCL");
-    const int gpus = static_cast<int>(ctx.gpus().size());
     GpuRoom room;
     room.cc_major = compute_capability_major(ctx.gpus().front());
     room.bytes = gpu_bytes(s, ctx.gpus());
     room.copy_engines = peers;
     if (std::find(s.workloads.begin(), s.workloads.end(), Workload::Train) != s.workloads.end())
       room.train = train_footprint(s, ctx.gpus().front());
-    std::vector<Question> questions = plan_all(s, gpus, room);
+    std::vector<Question> questions = plan_all(s, gpus, layouts, room);
     std::vector<Needs> needs;
     for (const Question& q : questions)
       for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
@@ -222,10 +228,10 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     }
   }
 
-  // Every layout of the GPUs (and one GPU alone) for every workload and batch, planned with
+  // The layouts of the GPUs (and one GPU alone) for every workload and batch, planned with
   // balancing by bytes; those that cannot run are dropped with why.
-  std::vector<Question> plan_all(const Settings& s, int gpus, const GpuRoom& room) {
-    std::vector<Layout> layouts = parallel::every_layout(gpus, s.model);
+  std::vector<Question> plan_all(const Settings& s, int gpus, std::vector<Layout> layouts,
+                                 const GpuRoom& room) {
     if (gpus > 1) layouts.insert(layouts.begin(), Layout{});
     std::vector<Question> out;
     for (Workload w : s.workloads) {

@@ -101,6 +101,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.top = o.top.value_or(quick ? 1 : 3);
   if (s.top < 0 || s.top > kMaxTop)
     throw InputError(fmt::format("--top: {} is outside 0..{}", s.top, kMaxTop));
+  s.layouts = trim(o.layouts);
   s.from = trim(o.from);
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));
@@ -128,6 +129,7 @@ nlohmann::ordered_json Settings::to_json() const {
                              {"memory_bytes", memory_bytes},
                              {"dtype", dtype == ActDtype::BF16 ? "bf16" : "fp16"},
                              {"top", top},
+                             {"layouts", layouts.empty() ? "every" : layouts},
                              {"from", from},
                              {"timeout_s", timeout_s},
                              {"small_collectives", small_collectives}};

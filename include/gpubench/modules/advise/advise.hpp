@@ -70,6 +70,7 @@ struct Options {
   std::string dtype = "bf16";
   std::optional<int> top;  // layouts run besides the one-GPU baseline, per workload and batch;
                            // unset: 3 (quick 1)
+  std::string layouts;     // generation's layouts over all the GPUs ("tp=4,pp=4"); "": every one
   std::string from;      // an earlier advise run whose building blocks are used
   double timeout = 600;  // seconds without progress before a stuck run ends
   std::string small_collectives = "auto";  // tensor-parallel all-reduces of up to 256 KiB
@@ -88,6 +89,9 @@ struct Settings {
   ActDtype dtype = ActDtype::BF16;
   int elem_bytes = 2;
   int top = 3;
+  // Generation's layouts to consider, as given (parallel::parse_layouts over the GPUs of the run;
+  // the one-GPU baseline beside them); "": every layout.
+  std::string layouts;
   std::string from;  // "" or the run (folder or report) whose blocks replace the calibration
   double timeout_s = 600;
   // Tensor-parallel all-reduces of up to parallel::OneShotCollectives::kMaxBytes (decode's), as
