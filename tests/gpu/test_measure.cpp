@@ -135,6 +135,24 @@ TEST(Measure, ATimeoutLeavesBuffersToTheStuckWork) {
   s.synchronize();
 }
 
+// A marked device whose streams drain within the limit is unmarked (its memory comes back); one
+// whose work outlasts it stays marked.
+TEST(Measure, ADrainedDeviceIsNoLongerStuck) {
+  Stream busy(0), idle(0);
+  launch_busy_wait(1'500'000'000ull, 1, busy.get());  // 1.5 s
+  mark_device_stuck(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(drain_and_unmark(0, {idle.get(), busy.get()}, 0.1));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_TRUE(device_stuck(0));
+  EXPECT_TRUE(drain_and_unmark(0, {idle.get(), busy.get()}, 10));
+  EXPECT_FALSE(device_stuck(0));
+  EXPECT_GT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.2)
+      << "unmarked before the busy kernel ended";
+  EXPECT_TRUE(drain_and_unmark(0, {idle.get()}, 0.1));  // nothing queued: at once
+  clear_stuck_devices();
+}
+
 // A rank waiting for its GPU work ends as soon as another rank fails, not when the work ends (it
 // could wait for the failed rank for ever): its device marked stuck, the failure rethrown.
 TEST(RankGroup, AWaitEndsWhenAnotherRankFails) {

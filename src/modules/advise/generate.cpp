@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 
 #include "gpubench/core/cuda.hpp"
@@ -155,6 +156,21 @@ class RankRun {
     GPB_CUDA_CHECK(cudaDeviceSynchronize());
     capture_steps();
   }
+  RankRun(const RankRun&) = delete;
+  RankRun& operator=(const RankRun&) = delete;
+
+  // Unwinding (this rank failed, or a peer did and the group ended this one), before any member
+  // goes: the communicators aborted (their kernels end), then the rank's streams given
+  // kDrainS to drain; drained, the GPU is no longer stuck and the engine's memory comes back for
+  // the next layout, else it stays allocated until the process ends.
+  ~RankRun() {
+    if (std::uncaught_exceptions() <= uncaught_) return;
+    comms_.ring.abort();
+    comms_.pp.abort();
+    comms_.tp.abort();
+    if (device_stuck(self_.device))
+      (void)drain_and_unmark(self_.device, {self_.stream->get(), side_.get()}, kDrainS);
+  }
 
   // One generation; with `save`, microbatch 0's last logits kept (saved()). Returns this
   // rank's (first tokens, whole) seconds: the first is the last stage's.
@@ -270,6 +286,8 @@ class RankRun {
   Event start_, ttft_, end_, hidden_sent_, computed_;
   DeviceBuffer prompts_, steps_, ring_ids_, saved_;
   std::vector<CudaGraph> graphs_;
+  int uncaught_ = std::uncaught_exceptions();
+  static constexpr double kDrainS = 10;
 };
 
 double median(std::vector<double> v) {
