@@ -69,6 +69,12 @@ CopyEngineCollectives::CopyEngineCollectives(CopyEngineGroup& group, int rank,
   }
 }
 
+std::vector<cudaStream_t> CopyEngineCollectives::lanes() const {
+  std::vector<cudaStream_t> out;
+  for (const Stream& l : lanes_) out.push_back(l.get());
+  return out;
+}
+
 void CopyEngineCollectives::copy_to_peers(const std::vector<Copy>& copies, cudaStream_t stream) {
   // One lane per copy, so the copy engines move to every peer at once; `stream` goes on when
   // all have landed.

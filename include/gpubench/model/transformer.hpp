@@ -191,6 +191,8 @@ class Transformer {
   void decode(const std::int32_t* ids, int batch, int context, cudaStream_t stream, int seq0 = 0);
 
   const void* logits() const noexcept { return logits_.get(); }
+  // The stream of the overlapped prefill's collectives; null where the engine has none.
+  cudaStream_t comm_stream() const noexcept { return comm_.get(); }
   // A stage without the embedding: where a step's input hidden states go [batch * tokens,
   // hidden]; every stage: the residual stream after its last layer (before any final norm).
   void* input_hidden() noexcept { return x_.get(); }

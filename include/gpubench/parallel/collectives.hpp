@@ -77,6 +77,8 @@ class CopyEngineCollectives : public model::TpCollectives {
   // Collectives that went through the copy engines, and to the fallback.
   std::int64_t copied() const noexcept { return copied_; }
   std::int64_t fell_back() const noexcept { return fell_back_; }
+  // The streams its copies run on (forked from and joined to the caller's).
+  std::vector<cudaStream_t> lanes() const;
 
  private:
   // Whether this collective goes to the fallback (and counts it).

@@ -160,16 +160,21 @@ class RankRun {
   RankRun& operator=(const RankRun&) = delete;
 
   // Unwinding (this rank failed, or a peer did and the group ended this one), before any member
-  // goes: the communicators aborted (their kernels end), then the rank's streams given
-  // kDrainS to drain; drained, the GPU is no longer stuck and the engine's memory comes back for
-  // the next layout, else it stays allocated until the process ends.
+  // goes: the communicators aborted (their kernels end), then every stream the rank's work runs
+  // on given kDrainS to drain (a cudaFree waits for all of them); drained, the GPU is no longer
+  // stuck and the engine's memory comes back for the next layout, else it stays allocated until
+  // the process ends.
   ~RankRun() {
     if (std::uncaught_exceptions() <= uncaught_) return;
     comms_.ring.abort();
     comms_.pp.abort();
     comms_.tp.abort();
-    if (device_stuck(self_.device))
-      (void)drain_and_unmark(self_.device, {self_.stream->get(), side_.get()}, kDrainS);
+    if (!device_stuck(self_.device)) return;
+    std::vector<cudaStream_t> streams = {self_.stream->get(), side_.get()};
+    if (engine_.comm_stream()) streams.push_back(engine_.comm_stream());
+    if (copied_)
+      for (cudaStream_t lane : copied_->lanes()) streams.push_back(lane);
+    (void)drain_and_unmark(self_.device, streams, kDrainS);
   }
 
   // One generation; with `save`, microbatch 0's last logits kept (saved()). Returns this
