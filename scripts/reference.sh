@@ -175,7 +175,7 @@ has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch
 if has advise_70b; then
   layouts=()
   ((ngpu == 4)) && layouts=(--layouts tp=4,tp=2xpp=2,pp=4)
-  gpb advise_70b 590 advise --model llama-2-70b "${layouts[@]}"
+  gpb advise_70b 590 advise --model llama-2-70b ${layouts[@]+"${layouts[@]}"}
 fi
 
 # dp: data-parallel training of llama-2-7b's shapes, 4 sequences of 4096 tokens a GPU, every

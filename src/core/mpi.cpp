@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -29,8 +28,8 @@ MPI_Comm g_local = MPI_COMM_NULL;  // this node's processes
 // any_process's own: a process that agrees while the others are still inside a module's
 // collective on MPI_COMM_WORLD waits for them, never matching one of theirs.
 MPI_Comm g_agree = MPI_COMM_NULL;
-// Whether another thread (the watchdog's, the signal handling's) may call MPI_Abort while the
-// main thread is inside MPI: only where MPI provides MPI_THREAD_MULTIPLE.
+// Whether another thread (the watchdog's) may call MPI_Abort while the main thread is inside
+// MPI: only where MPI provides MPI_THREAD_MULTIPLE.
 bool g_thread_multiple = false;
 std::thread::id g_main_thread;
 #endif
@@ -198,8 +197,8 @@ void abort_job(int code) {
   if (g_info.mpi) {
     if (g_thread_multiple || std::this_thread::get_id() == g_main_thread)
       MPI_Abort(MPI_COMM_WORLD, code);
-    // No MPI call is allowed here; exiting without MPI_Finalize makes the launcher end the job.
-    std::fflush(nullptr);
+    // No MPI call is allowed here (nor a flush: the main thread may hold a stream's lock); exiting
+    // without MPI_Finalize makes the launcher end the job (srun: with --kill-on-bad-exit).
     std::_Exit(code);
   }
 #endif

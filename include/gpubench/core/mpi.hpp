@@ -59,8 +59,9 @@ bool repeats(const std::vector<std::string>& ids);
 bool any_process(bool value);
 
 // Ends every process of an MPI job at once (MPI_Abort; from a thread other than the main one,
-// where MPI lacks MPI_THREAD_MULTIPLE, by exiting, which the launcher answers by ending the
-// others), so a failing rank never leaves the others waiting; in one process, std::exit.
+// where MPI lacks MPI_THREAD_MULTIPLE, by exiting, which mpirun, and srun with
+// --kill-on-bad-exit, answer by ending the others), so a failing rank never leaves the others
+// waiting; in one process, std::exit.
 [[noreturn]] void abort_job(int code);
 
 }  // namespace gpubench

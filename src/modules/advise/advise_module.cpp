@@ -326,6 +326,13 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         if (!c.baseline) ++shown;
         progress::next(
             fmt::format("{}, batch {}: {}", to_string(q.workload), q.batch, c.plan.name()));
+        if (const int gpu = stuck_gpu(ctx, c.plan); gpu >= 0) {
+          c.measured = Measured{};
+          c.measured->status = "skipped";
+          c.measured->note =
+              fmt::format("not run: GPU {} still has work of a failed layout, and its memory", gpu);
+          continue;
+        }
         auto watchdog = ctx.watchdog("advise", s.timeout_s);
         try {
           if (q.workload == Workload::Train)
@@ -340,8 +347,8 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
           c.measured = Measured{};
           c.measured->status = "failed";
           c.measured->note = e.what();
-          // Its ranks have ended (their communicators aborted): the next layout frees again.
-          clear_stuck_devices();
+          // Its ranks have ended, their communicators aborted; a GPU whose work did not drain
+          // stays marked (RankRun), and the layouts on it are skipped.
         }
         Report partial = report;
         assemble(s, questions, partial);
@@ -349,6 +356,15 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       }
       confirm_across_layouts(q);
     }
+  }
+
+  // The first GPU of the plan's (the run's leading ones) still marked stuck, or -1.
+  static int stuck_gpu(Context& ctx, const Plan& p) {
+    const auto n =
+        std::min<std::size_t>(static_cast<std::size_t>(p.layout.gpus()), ctx.gpus().size());
+    for (std::size_t i = 0; i < n; ++i)
+      if (device_stuck(ctx.gpus()[i])) return ctx.gpus()[i];
+    return -1;
   }
 
   // A layout that ran with no reference (the model does not fit one GPU) is confirmed by a

@@ -36,7 +36,7 @@ struct StepTimes {
 // GPU at its power cap runs a short burst of work at higher clocks than a long one: timed back to
 // back, prefills ran at the capped clocks (one H100, llama-2-70b cut to 16 layers: TTFT
 // predicted 12% long), timed alone after decode steps at the burst's (llama-2-7b, 8 sequences:
-// 8% short). The median of 7; of 3 in quick mode and where the warm-up's prefills took over
+// 8% short). The median of 7; of 3 in quick mode and where the first timed prefills took over
 // kLongPrefillS (a long run is held at the capped clocks and varies little: llama-2-70b's
 // prefills of many sequences take seconds each).
 constexpr double kLongPrefillS = 0.5;
@@ -53,7 +53,7 @@ double prefill_as_generated(Context& ctx, model::Transformer& engine, const Cuda
     for (int k = 0; k < chain; ++k) engine.prefill(ids, b, n, st);
     end.record(st);
     end.synchronize();
-    if (r == 0 && end.seconds_since(begin) > kLongPrefillS) reps = 3;
+    if (r == 1 && end.seconds_since(begin) > kLongPrefillS) reps = 3;
     if (r > 0) times.push_back(end.seconds_since(begin) / chain);
   }
   std::sort(times.begin(), times.end());

@@ -170,11 +170,14 @@ class RankRun {
     comms_.pp.abort();
     comms_.tp.abort();
     if (!device_stuck(self_.device)) return;
-    std::vector<cudaStream_t> streams = {self_.stream->get(), side_.get()};
-    if (engine_.comm_stream()) streams.push_back(engine_.comm_stream());
-    if (copied_)
-      for (cudaStream_t lane : copied_->lanes()) streams.push_back(lane);
-    (void)drain_and_unmark(self_.device, streams, kDrainS);
+    try {
+      std::vector<cudaStream_t> streams = {self_.stream->get(), side_.get()};
+      if (engine_.comm_stream()) streams.push_back(engine_.comm_stream());
+      if (copied_)
+        for (cudaStream_t lane : copied_->lanes()) streams.push_back(lane);
+      (void)drain_and_unmark(self_.device, streams, kDrainS);
+    } catch (...) {  // no memory for the list: the device stays marked
+    }
   }
 
   // One generation; with `save`, microbatch 0's last logits kept (saved()). Returns this

@@ -101,7 +101,7 @@ Settings resolve_settings(const Options& o, bool quick) {
   s.top = o.top.value_or(quick ? 1 : 3);
   if (s.top < 0 || s.top > kMaxTop)
     throw InputError(fmt::format("--top: {} is outside 0..{}", s.top, kMaxTop));
-  s.layouts = trim(o.layouts);
+  s.layouts = trim(o.layouts) == "every" ? "" : trim(o.layouts);  // the config's own word
   s.from = trim(o.from);
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));

@@ -82,7 +82,9 @@ struct LinkLoad::Impl {
         b ^= 0x10;
         GPB_CUDA_CHECK(cudaMemcpy(at, &b, 1, cudaMemcpyHostToDevice));
         // From pageable memory cudaMemcpy may return before the byte lands; the check reads
-        // it on another GPU's stream.
+        // it on another GPU's stream. Either GPU may have run the copy.
+        GPB_CUDA_CHECK(cudaDeviceSynchronize());
+        DeviceGuard on_dst(link.dst);
         GPB_CUDA_CHECK(cudaDeviceSynchronize());
       }
     }
