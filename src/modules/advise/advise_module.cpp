@@ -97,6 +97,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
   std::vector<std::string> examples() const override {
     return {"gpubench advise --model llama-2-7b",
             "gpubench advise --model llama-2-70b --workload throughput --batch-sizes 8,32",
+            "gpubench advise --model llama-2-70b --layouts tp=4,tp=2xpp=2,pp=4",
             "gpubench advise --workload train --train-batch 4 --seq-len 4096",
             "gpubench advise --workload latency --prompt 2048 --output-len 256 --top 2",
             "gpubench advise --from results/reference/h100/advise --top 0"};
