@@ -6,9 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <thread>
 
 namespace gpubench {
 
@@ -38,44 +36,8 @@ bool any_device_stuck() noexcept {
 void clear_stuck_devices() noexcept {
   g_stuck.store(0);
 }
-
-bool drain_and_unmark(int device, const std::vector<cudaStream_t>& streams,
-                      double timeout_s) noexcept {
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  std::vector<cudaEvent_t> events;
-  bool drained = true;
-  for (cudaStream_t s : streams) {
-    cudaEvent_t e = nullptr;
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
-      drained = false;
-      break;
-    }
-    events.push_back(e);
-    if (cudaEventRecord(e, s) != cudaSuccess) {
-      drained = false;
-      break;
-    }
-  }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (cudaEvent_t e : events) {
-    while (drained) {
-      const cudaError_t q = cudaEventQuery(e);
-      if (q == cudaSuccess) break;
-      if (q != cudaErrorNotReady || std::chrono::steady_clock::now() > until)
-        drained = false;
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
-  (void)cudaGetLastError();
-  (void)cudaSetDevice(previous);
-  if (drained) g_stuck.fetch_and(~stuck_bit(device));
-  return drained;
+void unmark_device_stuck(int device) noexcept {
+  g_stuck.fetch_and(~stuck_bit(device));
 }
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {

@@ -61,6 +61,30 @@ void wait_for(const Event& event, double timeout_s, const char* what,
   }
 }
 
+bool drain_and_unmark(int device, const std::vector<cudaStream_t>& streams,
+                      double timeout_s) noexcept {
+  try {
+    const DeviceGuard on(device);
+    std::vector<Event> done;
+    for (cudaStream_t s : streams) {
+      done.emplace_back(device, /*timing=*/false);
+      done.back().record(s);
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (const Event& e : done) {
+      const double left =
+          std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      wait_for(e, std::max(left, 1e-9), "a failed rank's work");
+    }
+  } catch (...) {  // still running, or the context failed: the mark stays
+    (void)cudaGetLastError();
+    return false;
+  }
+  unmark_device_stuck(device);
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // SpinGate
 

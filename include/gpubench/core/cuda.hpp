@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "gpubench/core/errors.hpp"
 
@@ -50,13 +49,7 @@ void mark_device_stuck(int device) noexcept;
 bool device_stuck(int device) noexcept;
 bool any_device_stuck() noexcept;
 void clear_stuck_devices() noexcept;
-// For a rank unwinding from a failure once it has aborted its communicators: when the work
-// queued so far on each of `streams` (of `device`; every stream with work there, as a cudaFree
-// waits for them all) ends within timeout_s, `device` is no longer marked (its buffers are freed
-// again, and the memory is there for the next run) and true; else (still running, or the context
-// has failed) the mark stays and false. Never throws.
-bool drain_and_unmark(int device, const std::vector<cudaStream_t>& streams,
-                      double timeout_s) noexcept;
+void unmark_device_stuck(int device) noexcept;  // its stuck work has ended (drain_and_unmark)
 
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {

@@ -65,6 +65,14 @@ class Event;
 void wait_for(const Event& event, double timeout_s, const char* what,
               const std::function<void()>& between = {});
 
+// For a rank unwinding from a failure once it has aborted its communicators: when the work
+// queued so far on each of `streams` (of `device`; every stream with work there, as a cudaFree
+// waits for them all) ends within timeout_s (wait_for), `device` is no longer marked stuck (its
+// buffers are freed again, and the memory is there for the next run) and true; else (still
+// running, or the context has failed) the mark stays and false. Never throws.
+bool drain_and_unmark(int device, const std::vector<cudaStream_t>& streams,
+                      double timeout_s) noexcept;
+
 // Holds the stream until release() (or a 2 s safety timeout), so queued work starts together.
 class SpinGate {
  public:

@@ -15,6 +15,7 @@
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/gemm.hpp"
+#include "gpubench/core/measure.hpp"
 #include "gpubench/core/units.hpp"
 #include "gpubench/model/observe.hpp"
 #include "gpubench/modules/advise/advise.hpp"
