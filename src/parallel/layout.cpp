@@ -90,7 +90,7 @@ Layout parse_one(const std::string& item, int gpus) {
     seen[idx] = true;
     (idx == 0 ? l.dp : idx == 1 ? l.tp : l.pp) = n;
   }
-  if (l.gpus() != gpus)
+  if (gpus > 0 && l.gpus() != gpus)
     throw InputError(fmt::format("--layouts: '{}' uses {} GPUs, not the {} of the run", trim(item),
                                  l.gpus(), gpus));
   return l;
@@ -111,8 +111,9 @@ std::vector<Layout> every_layout(int gpus, const model::ModelConfig& m) {
 }
 
 std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model::ModelConfig& m) {
-  if (gpus < 1) throw InputError(fmt::format("--layouts: {} GPUs", gpus));
+  if (gpus < 0) throw InputError(fmt::format("--layouts: {} GPUs", gpus));
   std::vector<Layout> out;
+  if (trim(text) == "all" && gpus == 0) return out;
   if (trim(text) == "all") {
     const auto pow2 = [](int n) { return (n & (n - 1)) == 0; };
     for (const Layout& l : every_layout(gpus, m))
@@ -130,6 +131,9 @@ std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model
           fmt::format("--layouts: '{}': {} stages for {} layers", trim(item), l.pp, m.num_layers));
     if (std::find(out.begin(), out.end(), l) != out.end())
       throw InputError(fmt::format("--layouts: '{}' appears twice", l.name()));
+    if (!out.empty() && l.gpus() != out.front().gpus())
+      throw InputError(fmt::format("--layouts: '{}' uses {} GPUs, '{}' {}: a run has one count",
+                                   l.name(), l.gpus(), out.front().name(), out.front().gpus()));
     out.push_back(l);
   }
   return out;

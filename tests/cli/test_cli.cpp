@@ -77,6 +77,16 @@ TEST(Cli, TpBadInput) {
                    "--overlap-chunks: 17 is outside 1..16");
 }
 
+// --layouts is checked here but for its GPU count (run() knows it), also in `all`'s config:
+// before env or any other module runs.
+TEST(Cli, AdviseBadLayouts) {
+  expect_bad_input(run("advise --layouts tp=3"), "--layouts: 'tp=3'");
+  expect_bad_input(run("advise --layouts tp=4,pp=2"), "a run has one count");
+  const auto p = write_config("bad_layouts.ini", "[advise]\nlayouts = tp4\n");
+  expect_bad_input(run("all --config " + p.string()), "--layouts: 'tp4' is not name=value");
+  expect_bad_input(run("pp --layouts dp=2xdp=2"), "--layouts: dp appears twice");
+}
+
 TEST(Cli, SeqlenBadInput) {
   expect_bad_input(run("seqlen --model no-such-model"), "no-such-model");
   expect_bad_input(run("seqlen --model-config /nonexistent/config.json"), "config.json");

@@ -87,7 +87,7 @@ TEST(AdviseSettings, GivenValues) {
   o.batch_sizes = "32,8";  // kept ascending
   o.memory = 80;           // GiB
   o.top = 16;
-  o.layouts = " tp=4,tp=2xpp=2,pp=4 ";           // parsed against the run's GPUs, in run()
+  o.layouts = " tp=4,tp=2xpp=2,pp=4 ";  // against the run's GPU count in run(), the rest here
   const Settings s = resolve_settings(o, true);  // given values win over quick's defaults
   EXPECT_EQ(s.layouts, "tp=4,tp=2xpp=2,pp=4");
   EXPECT_EQ(s.to_json()["layouts"], "tp=4,tp=2xpp=2,pp=4");
@@ -125,6 +125,11 @@ TEST(AdviseSettings, BadValuesNameTheirOption) {
   EXPECT_TRUE(names_option(error([](Options& o) { o.timeout = -5; }), "--timeout"));
   EXPECT_TRUE(
       names_option(error([](Options& o) { o.small_collectives = "nvls"; }), "--small-collectives"));
+  // Layouts: all but the GPU count, before any GPU is looked at.
+  EXPECT_TRUE(names_option(error([](Options& o) { o.layouts = "tp4"; }), "--layouts"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.layouts = "tp=3"; }), "--layouts"));
+  EXPECT_TRUE(names_option(error([](Options& o) { o.layouts = "tp=4,pp=2"; }), "--layouts"));
+  EXPECT_EQ(error([](Options& o) { o.layouts = "all"; }), "");
 }
 
 // Ordered by tp, then pp; dp fills the rest.

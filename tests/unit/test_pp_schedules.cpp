@@ -240,6 +240,13 @@ TEST(PpLayouts, BadInput) {
   EXPECT_TRUE(
       has(input_error_of([&] { (void)parse_layouts("tp=3", 3, m); }), "32 attention heads"));
   EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("pp=64", 64, m); }), "64 stages"));
+  // GPUs not known yet (0): everything but the count, which the items must share.
+  EXPECT_EQ(parse_layouts("tp=2xpp=2,pp=4", 0, m).size(), 2u);
+  EXPECT_TRUE(parse_layouts("all", 0, m).empty());
+  EXPECT_EQ(input_error_of([&] { (void)parse_layouts("tp=4,pp=2", 0, m); }),
+            "--layouts: 'pp=2' uses 2 GPUs, 'tp=4' 4: a run has one count");
+  EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("tp=3", 0, m); }), "attention heads"));
+  EXPECT_TRUE(has(input_error_of([&] { (void)parse_layouts("tp=2", -1, m); }), "-1 GPUs"));
 }
 
 TEST(PpTrace, ChromeTraceOfASchedule) {

@@ -25,9 +25,11 @@ struct Layout {
 std::vector<Layout> every_layout(int gpus, const model::ModelConfig& m);
 
 // "dp=4,tp=2xdp=2,pp=2xdp=2,tp=2xpp=2,tp=4" (factors joined by x, layouts by commas) or "all"
-// (every_layout's whose factors are powers of two). Each layout's product must be `gpus`.
-// InputError naming --layouts on a malformed item, an unknown or repeated factor, a factor < 1,
-// a product other than gpus, or a layout `m` does not split.
+// (every_layout's whose factors are powers of two). Each layout's product must be `gpus`; with
+// gpus 0 (not known yet: before any GPU is looked at) only one product shared by every item, and
+// "all" gives none. InputError naming --layouts on a malformed item, an unknown or repeated
+// factor, a factor < 1, a product other than gpus (or than the others'), or a layout `m` does
+// not split.
 std::vector<Layout> parse_layouts(const std::string& text, int gpus, const model::ModelConfig& m);
 
 // Contiguous stages over `layer_s` (one cost per decoder layer) with `first_extra_s` (the

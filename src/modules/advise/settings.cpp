@@ -102,6 +102,9 @@ Settings resolve_settings(const Options& o, bool quick) {
   if (s.top < 0 || s.top > kMaxTop)
     throw InputError(fmt::format("--top: {} is outside 0..{}", s.top, kMaxTop));
   s.layouts = trim(o.layouts) == "every" ? "" : trim(o.layouts);  // the config's own word
+  // All but the GPU count, which run() checks: bad input before anything runs (or `all`'s
+  // earlier modules do).
+  if (!s.layouts.empty()) (void)parallel::parse_layouts(s.layouts, 0, s.model);
   s.from = trim(o.from);
   if (!(o.timeout > 0))
     throw InputError(fmt::format("--timeout: {} s is not greater than 0", o.timeout));

@@ -132,10 +132,10 @@ Settings resolve_settings(const Options& o, bool quick, int visible_gpus) {
   if (s.microbatches.empty())
     throw InputError(fmt::format("--microbatches: no default count divides --batch {}", s.batch));
 
-  // Layouts: checked against the GPUs here when they are known, else when the run starts.
+  // Layouts: checked against the GPUs here when they are known, else all but their count.
   s.layouts_text = trim(o.layouts);
-  if (!s.layouts_text.empty() && visible_gpus > 0)
-    (void)parse_layouts(s.layouts_text, visible_gpus, s.model);
+  if (!s.layouts_text.empty())
+    (void)parse_layouts(s.layouts_text, std::max(visible_gpus, 0), s.model);
   if (trim(o.layout_batches).empty()) {
     s.layout_batches = s.batch == 1 ? std::vector<int>{1} : std::vector<int>{1, s.batch};
   } else {
