@@ -254,6 +254,12 @@ TEST(AdvisePlan, PipelineStages) {
         .total();
   };
   EXPECT_EQ(head.memory_per_gpu, std::max(stage(0), stage(1)) + parallel::kMemoryReserve);
+  // --layers below the stages: that layout cannot run, the others still can.
+  Options o;
+  o.layers = 3;
+  const Settings cut = resolve_settings(o, false);
+  EXPECT_EQ(plan_of(cut, Layout{1, 1, 4}, Workload::Latency, 1).why_not, "4 stages for 3 layers");
+  EXPECT_EQ(plan_of(cut, Layout{1, 1, 2}, Workload::Latency, 1).why_not, "");
 }
 
 // Throughput: a replica's share of the batch, in microbatches over the stages.

@@ -100,6 +100,23 @@ TEST(AdviseOverlap, TheTwinRankedLowerIsDropped) {
   EXPECT_THROW(better_twin(ranked, 5), std::out_of_range);
 }
 
+// Latency is one sequence: a layout's dp replicas each run it, so dp=4 twins the one-GPU
+// baseline and tp=2 x dp=2 a tp=2 ranked before it; the baseline is never dropped, and for
+// throughput the replicas split the batch: different layouts.
+TEST(AdviseOverlap, LatencyReplicasTwinTheirReplica) {
+  const Settings s = overlap_settings();
+  const Layout one{}, dp4{4, 1, 1}, tp2{1, 2, 1}, tp2dp2{2, 2, 1}, pp2dp2{2, 1, 2};
+  const auto lat = [&](const Layout& l) { return plan_of(s, l, Workload::Latency, 1, false); };
+  const std::vector<Plan> ranked = {lat(tp2), lat(dp4), lat(one), lat(tp2dp2), lat(pp2dp2)};
+  EXPECT_EQ(better_twin(ranked, 1), -1);  // dp=4 before the baseline: kept (nothing to twin)
+  EXPECT_EQ(better_twin(ranked, 2), -1);  // the baseline, never a twin
+  EXPECT_EQ(better_twin(ranked, 3), 0);
+  EXPECT_EQ(better_twin(ranked, 4), -1);
+  EXPECT_EQ(better_twin({lat(one), lat(dp4)}, 1), 0);
+  const auto thr = [&](const Layout& l) { return plan_of(s, l, Workload::Throughput, 4, false); };
+  EXPECT_EQ(better_twin({thr(one), thr(dp4)}, 1), -1);
+}
+
 // Its prefill's blocks are the chunked compute and a chunk's all-reduce through the copy
 // engines; decode's all-reduces stay.
 TEST(AdviseOverlap, Needs) {

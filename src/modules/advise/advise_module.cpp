@@ -538,7 +538,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
         error_pct(best.predicted.e2e_s, m.e2e_s));
     report.findings.push_back(sentence);
     if (q.workload == Workload::Latency) {
-      report.set_headline_text("latency_best_layout", best.plan.layout.name());
+      report.set_headline_text("latency_best_layout", best.plan.name());
       report.set_headline("latency_best_tpot_ms", m.tpot_s * 1e3, "ms");
       report.set_headline("latency_best_ttft_ms", m.ttft_s * 1e3, "ms");
     } else if (q.workload == Workload::Train) {
@@ -547,7 +547,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       report.set_headline("train_best_tokens_per_s", m.tokens_per_s, "tokens/s");
     } else {
       report.set_headline_text(fmt::format("throughput_best_layout_b{}", q.batch),
-                               best.plan.layout.name());
+                               best.plan.name());
       report.set_headline(fmt::format("throughput_best_tokens_per_s_b{}", q.batch), m.tokens_per_s,
                           "tokens/s");
     }

@@ -75,6 +75,10 @@ Plan make_plan(const Settings& s, const Layout& l, Workload w, std::int64_t batc
         kOverlapChunks, kOverlapChunks, format_bytes(parallel::CopyEngineCollectives::kMinBytes));
     return p;
   }
+  if (l.pp > s.layers) {  // --layers cut the model below the layout's stages
+    p.why_not = fmt::format("{} stages for {} layers", l.pp, s.layers);
+    return p;
+  }
   p.stage_layers = parallel::balance_stages(
       std::vector<double>(static_cast<std::size_t>(s.layers), parts.layer > 0 ? parts.layer : 1.0),
       l.pp, std::max(parts.embed, 0.0), std::max(parts.head, 0.0));

@@ -157,10 +157,14 @@ double overlapped_prefill_s(int layers, double layer_s, double attention_share, 
 
 int better_twin(const std::vector<Plan>& ranked, std::size_t i) {
   const Plan& p = ranked.at(i);
-  if (p.workload == Workload::Train) return -1;
+  if (p.workload == Workload::Train || p.layout.gpus() == 1) return -1;
+  // Latency's replicas each run the one sequence: dp=4 is one GPU's generation four times.
+  const auto same = [&](const Layout& a) {
+    return p.workload == Workload::Latency ? a.tp == p.layout.tp && a.pp == p.layout.pp
+                                           : a == p.layout;
+  };
   for (std::size_t j = 0; j < i; ++j)
-    if (ranked[j].workload == p.workload && ranked[j].layout == p.layout)
-      return static_cast<int>(j);
+    if (ranked[j].workload == p.workload && same(ranked[j].layout)) return static_cast<int>(j);
   return -1;
 }
 

@@ -308,8 +308,10 @@ Prediction predict_train(const Settings& s, const Plan& p, const Blocks& b);
 
 // A layout's plain and overlapped prefill plans are one choice: of inference plans ranked best
 // predicted first, the index of the plan of ranked[i]'s layout ranked before it (the twin that
-// keeps the layout's place), or -1 when ranked[i] is its layout's first. Training plans are
-// never twins (each data-parallel strategy is a choice of its own).
+// keeps the layout's place), or -1 when ranked[i] is its layout's first. For latency a layout's
+// replica (tp and pp) is what counts: its dp replicas each run the one sequence, so dp=4 is the
+// one-GPU baseline's twin. The baseline and training plans are never twins (each data-parallel
+// strategy is a choice of its own).
 int better_twin(const std::vector<Plan>& ranked, std::size_t i);
 
 // 100 x (predicted - measured) / measured; InputError when measured <= 0.
