@@ -20,6 +20,13 @@ double seconds_since_progress() noexcept;
 // wait on the others before it takes them for stuck.
 double stall_limit() noexcept;
 
+// The watchdog's limit for a run whose waits give up after timeout_s (--timeout): twice that,
+// at least 30 s (NCCL's set-up passes no barrier and takes seconds), so a wait that polls ends
+// its own case first and the watchdog catches only ranks stuck where no wait polls.
+inline double watchdog_limit_s(double timeout_s) {
+  return timeout_s * 2 > 30 ? timeout_s * 2 : 30;
+}
+
 // Ends the process now with `code`, streams flushed: under mpirun/srun every process of the job
 // (MPI_Abort), else this one alone (_Exit: threads stuck in the driver cannot be joined, so no
 // destructor runs).

@@ -18,6 +18,7 @@
 #include "gpubench/core/runs.hpp"
 #include "gpubench/core/system.hpp"
 #include "gpubench/core/units.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "gpubench/modules/advise/advise.hpp"
 
 namespace gpubench {
@@ -197,10 +198,12 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
       for (const Candidate& c : q.candidates) needs.push_back(needs_of(s, c.plan));
     progress::next("calibration: compute, all-reduces, transfers");
     // Its collectives can hang as the runs' can (a rank that failed, a GPU that stopped): under
-    // the same watchdog, which writes the report as it stands.
+    // the same watchdog, which writes the report as it stands. Its limit is twice --timeout
+    // (watchdog_limit_s): a layout whose generation outlives --timeout fails on its own (its
+    // GPUs drained or skipped) and the others still run.
     ctx.publish(report);
     const Blocks blocks = earlier ? *earlier : [&] {
-      auto watchdog = ctx.watchdog("advise", s.timeout_s);
+      auto watchdog = ctx.watchdog("advise", watchdog_limit_s(s.timeout_s));
       return calibrate(ctx, s, merge(needs));
     }();
     if (!s.from.empty()) report.warn(fmt::format("building blocks taken from {}", s.from));
@@ -334,7 +337,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
               fmt::format("not run: GPU {} still has work of a failed layout, and its memory", gpu);
           continue;
         }
-        auto watchdog = ctx.watchdog("advise", s.timeout_s);
+        auto watchdog = ctx.watchdog("advise", watchdog_limit_s(s.timeout_s));
         try {
           if (q.workload == Workload::Train)
             c.measured = run_training(ctx, s, c.plan);

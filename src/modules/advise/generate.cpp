@@ -167,6 +167,9 @@ class RankRun {
   // the process ends.
   ~RankRun() {
     if (std::uncaught_exceptions() <= uncaught_) return;
+    // The decode graphs first: NCCL's abort waits for every graph that captured its
+    // collectives to be destroyed (one still running is freed once the abort lets it end).
+    graphs_.clear();
     comms_.ring.abort();
     comms_.pp.abort();
     comms_.tp.abort();

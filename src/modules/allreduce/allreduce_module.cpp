@@ -20,6 +20,7 @@
 #include "gpubench/core/ranks.hpp"
 #include "gpubench/core/runner.hpp"  // utc_now
 #include "gpubench/core/units.hpp"
+#include "gpubench/core/watchdog.hpp"
 #include "gpubench/modules/allreduce/allreduce.hpp"
 #include "gpubench/modules/allreduce/results.hpp"
 #include "gpubench/modules/allreduce/settings.hpp"
@@ -35,8 +36,6 @@ using namespace allreduce;
 
 // Leaves room for NCCL's own buffers and the context when sizing the sweep's top.
 constexpr std::uint64_t kReserveBytes = 2ull << 30;
-// The shortest limit of the sweep's watchdog (seconds).
-constexpr double kWatchdogFloorS = 30;
 
 // The NCCL_* variables of this process, recorded with the results.
 ojson nccl_environment() {
@@ -257,11 +256,10 @@ class AllreduceModule final : public ResolvingModule<Options, Settings> {
     // A failure (a collective past --timeout, a GPU error) ends the sweep; the sizes that
     // finished before it are still reported, beside the error. A rank stuck where --timeout
     // does not reach (NCCL's set-up, an MPI call, the driver) ends the run with that report
-    // once no rank has passed a barrier for twice --timeout, and at least kWatchdogFloorS (NCCL's
-    // set-up passes none and takes seconds: a short --timeout is for the collectives).
+    // once no rank has passed a barrier for watchdog_limit_s (twice --timeout, at least 30 s).
     std::string failure;
     try {
-      const auto watchdog = ctx.watchdog("allreduce", std::max(2 * s.timeout_s, kWatchdogFloorS));
+      const auto watchdog = ctx.watchdog("allreduce", watchdog_limit_s(s.timeout_s));
       group->run([&](Rank& self) {
         // One communicator per group; rank 0 makes every group's id and shares them.
         std::vector<ncclUniqueId> ids(static_cast<std::size_t>(s.split));
