@@ -420,25 +420,41 @@ TEST(AdvisePredict, Pipeline) {
   b.prefill[{1, 2}] = {1e-3, 2e-4, 6e-4};
   b.decode_first[{1, 2}] = {1e-5, 2e-6, 4e-6};
   b.decode_last[{1, 2}] = {3e-5, 2e-6, 8e-6};
-  // The stages set the pace of prefill, the ring that of decode:
-  // TTFT = 0.0162 + 0.0166 + 5e-4 + 1 x max(0.0162, 0.0166, 5e-4) = 0.0499;
-  // TPOT = max(3.22e-4 + 3.26e-4 + 5e-5 + 3e-5, 2 x 3.26e-4) = 7.28e-4; e2e 0.052812.
+  // Played out by hand (play_pipeline's rules): microbatch 1 reaches stage 1 once stage 0 has
+  // computed it and stage 1 is through microbatch 0: TTFT = F0 + X + F1 + (X + F1) = 0.0504. In
+  // decode the first stage paces each microbatch: the tokens back (3e-5), D0, its send (5e-5):
+  // 2 x 4.02e-4 a step after the first, which ends at 0.051178; whole 0.051178 + 3 x 8.04e-4 =
+  // 0.05359, TPOT (0.05359 - 0.0504) / 4 = 7.975e-4.
   b.transfer_s = {{262144, 5e-4}, {16384, 5e-5}, {tokens, 3e-5}};
   Prediction r = predict(s, p, b);
-  expect_rel(r.ttft_s, 0.0499);
-  expect_rel(r.tpot_s, 7.28e-4);
-  expect_rel(r.e2e_s, 0.052812);
-  expect_rel(r.tokens_per_s, 4 * 5 / 0.052812);
+  expect_rel(r.ttft_s, 0.0504);
+  expect_rel(r.e2e_s, 0.05359);
+  expect_rel(r.tpot_s, 7.975e-4);
+  expect_rel(r.tokens_per_s, 4 * 5 / 0.05359);
   EXPECT_EQ(r.comm_s, 0.0);
-  // A slow hand-off sets prefill's pace, the busiest stage decode's:
-  // TTFT = 0.0162 + 0.0166 + 0.02 + 1 x 0.02 = 0.0728;
-  // TPOT = max(3.22e-4 + 3.26e-4 + 1e-6 + 2e-6, 2 x 3.26e-4) = 6.52e-4; e2e 0.075408.
+  // A slow hand-off: the second microbatch's prefill waits for the first's to leave stage 0 and
+  // then for stage 1: TTFT = 0.0162 + 0.02 + 0.0166 + (0.02 + 0.0166) = 0.0894 (max(F, X) would
+  // say 0.0728). Decode: the last stage paces, X in + D1 = 3.27e-4 a microbatch; the first step
+  // ends at 0.090054, the whole at 0.090054 + 3 x 6.54e-4 = 0.092016.
   b.transfer_s = {{262144, 0.02}, {16384, 1e-6}, {tokens, 2e-6}};
   r = predict(s, p, b);
-  expect_rel(r.ttft_s, 0.0728);
-  expect_rel(r.tpot_s, 6.52e-4);
-  expect_rel(r.e2e_s, 0.075408);
-  expect_rel(r.compute_s + r.comm_s + r.wait_s, r.e2e_s);
+  expect_rel(r.ttft_s, 0.0894);
+  expect_rel(r.e2e_s, 0.092016);
+  expect_rel(r.tpot_s, (0.092016 - 0.0894) / 4);
+}
+
+// A middle stage pays both hand-offs: f = 1, 2, 1 with X = 0.5, two microbatches, no decode:
+// microbatch 1 leaves stage 1 at 6.5 (it waited for microbatch 0 to leave at 4), ends at 8 =
+// sum F + 2 X + (X + 2 + X). One stage: m f, then m d a step.
+TEST(AdvisePredict, PipelinePlayedOut) {
+  PipelineTimes t = play_pipeline({1, 2, 1}, {0, 0, 0}, 0.5, 0, 0, 2, 0);
+  expect_rel(t.ttft_s, 8);
+  expect_rel(t.e2e_s, 8);
+  t = play_pipeline({2}, {0.5}, 9, 9, 9, 3, 4);
+  expect_rel(t.ttft_s, 6);
+  expect_rel(t.e2e_s, 12);
+  EXPECT_THROW(play_pipeline({1}, {1, 1}, 0, 0, 0, 1, 1), std::invalid_argument);
+  EXPECT_THROW(play_pipeline({1}, {1}, 0, 0, 0, 0, 1), std::invalid_argument);
 }
 
 // Every block the plan needs must be there.

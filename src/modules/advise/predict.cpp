@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "gpubench/core/errors.hpp"
 #include "gpubench/core/units.hpp"
@@ -131,6 +132,37 @@ Needs merge(const std::vector<Needs>& all) {
   return out;
 }
 
+PipelineTimes play_pipeline(const std::vector<double>& f, const std::vector<double>& d,
+                            double x_pre, double x_dec, double x_tok, int m, std::int64_t steps) {
+  const std::size_t pp = f.size(), last = pp - 1;
+  if (pp == 0 || d.size() != pp || m < 1 || steps < 0)
+    throw std::invalid_argument("play_pipeline: stages, microbatches or steps out of range");
+  std::vector<double> done(pp, 0.0), sent(pp, 0.0);  // each stage's previous job's
+  std::vector<double> tokens_ready(static_cast<std::size_t>(m), 0.0);  // a microbatch's last
+  PipelineTimes t;
+  const std::int64_t jobs = static_cast<std::int64_t>(m) * (steps + 1);
+  for (std::int64_t j = 0; j < jobs; ++j) {
+    const bool prefill = j < m;
+    const double x = prefill ? x_pre : x_dec;
+    for (std::size_t k = 0; k < pp; ++k) {
+      // Its stream reaches the job once the previous one is computed and its hidden states left.
+      const double ready = std::max(done[k], k < last ? sent[k] : 0.0);
+      double start = ready;
+      if (k > 0) {  // the hidden states from k - 1, which computed this job already
+        start = std::max(done[k - 1], ready) + x;
+        sent[k - 1] = start;
+      } else if (!prefill && pp > 1) {  // the tokens the last stage sent back a step before
+        start = std::max(ready, tokens_ready[static_cast<std::size_t>(j % m)]) + x_tok;
+      }
+      done[k] = start + (prefill ? f[k] : d[k]);
+    }
+    tokens_ready[static_cast<std::size_t>(j % m)] = done[last];
+    if (j == m - 1) t.ttft_s = done[last];
+  }
+  t.e2e_s = done[last];
+  return t;
+}
+
 double overlapped_prefill_s(int layers, double layer_s, double attention_share, double all_reduce_s,
                             int chunks) {
   const double attention = attention_share * layer_s / chunks;
@@ -201,7 +233,8 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
   const double steps = static_cast<double>(s.output_len - 1), m = p.m;
 
   const StageWork work = stage_work(s, p);
-  double sum_f = 0, max_f = x_pre, sum_d = 0, max_d = 0, busiest = -1;
+  std::vector<double> fs, ds;
+  double busiest = -1;
   Prediction out;
   for (int k = 0; k < l.pp; ++k) {
     const double layers = p.stage_layers.at(static_cast<std::size_t>(k));
@@ -211,10 +244,8 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
     const double comm_d = 2 * layers * ar_dec;
     const double f = layers * pre.layer + ends_pre + comm_f;
     const double d = layers * dec.layer + ends_dec + comm_d;
-    sum_f += f;
-    sum_d += d;
-    max_f = std::max(max_f, f);
-    max_d = std::max(max_d, d);
+    fs.push_back(f);
+    ds.push_back(d);
     const double busy = m * f + steps * m * d;
     if (busy > busiest) {
       busiest = busy;
@@ -228,10 +259,11 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
       out.prefill_compute_s = f - comm_f;
     }
   }
-  out.ttft_s = sum_f + (l.pp - 1) * x_pre + (m - 1) * max_f;
-  const double cycle = sum_d + (l.pp - 1) * x_dec + (l.pp > 1 ? x_tok : 0.0);
-  out.tpot_s = std::max(cycle, m * max_d);
-  out.e2e_s = out.ttft_s + steps * out.tpot_s;
+  const PipelineTimes t =
+      play_pipeline(fs, ds, x_pre, x_dec, x_tok, p.m, static_cast<std::int64_t>(steps));
+  out.ttft_s = t.ttft_s;
+  out.e2e_s = t.e2e_s;
+  out.tpot_s = steps > 0 ? (t.e2e_s - t.ttft_s) / steps : 0.0;
   out.tokens_per_s = static_cast<double>(p.batch * s.output_len) / out.e2e_s;
   out.wait_s = std::max(0.0, out.e2e_s - busiest);
   return out;

@@ -279,13 +279,28 @@ struct Prediction {
 // The plan's generation from the blocks. Per stage k (its layers L_k, the parts of its tp
 // degree and microbatch): prefill F_k = L_k layer + embed (first) + head (last) + 2 L_k
 // all-reduces of micro x prompt x hidden; decode D_k the same at the mean of the first and last
-// contexts, with all-reduces of micro x hidden. Prefill is a flow shop of m identical jobs:
-// TTFT = sum F_k + (pp - 1) X + (m - 1) max(F_k, X). A step of a microbatch goes around the ring
-// (sum D_k + (pp - 1) X_hidden + X_tokens), and every stage serves m microbatches a step:
-// TPOT = max(that, m max D_k). An overlapped plan's F_k is overlapped_prefill_s of its layers
+// contexts, with all-reduces of micro x hidden. The stages' jobs are played out as the engine
+// issues them (play_pipeline, with the transfers X of the hidden states and X_tokens); TPOT is
+// (whole - TTFT) / (output - 1). An overlapped plan's F_k is overlapped_prefill_s of its layers
 // (the chunked parts, the copy engines' all-reduce of a chunk) plus its ends. InputError when a
 // block the plan needs is missing. A training plan: predict_train.
 Prediction predict(const Settings& s, const Plan& p, const Blocks& b);
+
+// A generation through pp stages as the engine issues it: every stage runs m prefill jobs, then
+// `steps` x m decode jobs, in that order; f[k] and d[k] are stage k's compute of a prefill and a
+// decode job. A stage's stream reaches a job once its previous job is computed and (all but the
+// last stage) that job's hidden states have left, the one buffer they share being written next;
+// then stage k > 0 receives the job's hidden states, and the first stage, in a decode job, the
+// tokens the last stage sent back for that microbatch (after its previous job of it). A transfer
+// begins when the sender has computed the job and the receiver's stream has reached it, and
+// takes x_pre or x_dec (the hidden states), x_tok (the tokens). Returns the last stage's end of
+// its last prefill (TTFT) and of its last job (the whole generation). std::invalid_argument on
+// no stages, f and d of different sizes, m < 1 or steps < 0.
+struct PipelineTimes {
+  double ttft_s = 0, e2e_s = 0;
+};
+PipelineTimes play_pipeline(const std::vector<double>& f, const std::vector<double>& d,
+                            double x_pre, double x_dec, double x_tok, int m, std::int64_t steps);
 
 // The layers of an overlapped prefill as the engine issues them (Transformer::overlapped_layers):
 // per layer, every chunk's attention half on the compute stream, each followed by its all-reduce
