@@ -265,6 +265,10 @@ void RankGroup::wait(const Event& done, double timeout_s, const char* what) {
   });
 }
 
+void RankGroup::leave_if_aborted() {
+  if (!impl_->mpi && impl_->is_aborted()) end_aborted_rank();
+}
+
 void RankGroup::sync(Rank& self) {
   Event done(self.device, /*timing=*/false);
   done.record(self.stream->get());

@@ -27,8 +27,9 @@ std::int64_t chunk_elems(std::int64_t elems, std::int64_t chunk, int j) {
 
 }  // namespace
 
-CopyEngineGroup::CopyEngineGroup(const std::vector<int>& devices, std::size_t max_chunk_bytes)
-    : devices_(devices), max_chunk_bytes_(max_chunk_bytes) {
+CopyEngineGroup::CopyEngineGroup(const std::vector<int>& devices, std::size_t max_chunk_bytes,
+                                 RankGroup* ranks)
+    : devices_(devices), ranks_(ranks), max_chunk_bytes_(max_chunk_bytes) {
   peers_ok_ = devices.size() > 1 && PeerAccess(devices).all();
   if (!peers_ok_) return;  // every collective goes to the fallback
   const std::size_t slots = devices.size() - 1;
@@ -50,6 +51,7 @@ void CopyEngineGroup::barrier() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == gen; ++spins) {
     if (spins % 4096 == 0) {
+      if (ranks_) ranks_->leave_if_aborted();
       if (std::chrono::steady_clock::now() > deadline)
         throw GpuError("copy-engine collective: a rank did not arrive within 60 s");
       std::this_thread::yield();

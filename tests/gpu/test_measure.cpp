@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -175,6 +176,33 @@ TEST(RankGroup, AWaitEndsWhenAnotherRankFails) {
   EXPECT_TRUE(device_stuck(0));
   clear_stuck_devices();
   GPB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// A rank's own host-side wait (a spin barrier between the threads, as the copy engines' is)
+// ends once another rank failed, its stream idle so its device stays unmarked; the failure is
+// the one rethrown. Without the abort the spin below would run into its 10 s limit.
+TEST(RankGroup, AHostSideSpinLeavesWhenAnotherRankFails) {
+  RankGroup group({0, 0});  // two ranks on one GPU
+  std::atomic<bool> reached_limit{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    group.run([&](Rank& self) {
+      if (self.rank == 1) {
+        group.barrier();
+        throw std::runtime_error("rank 1 failed");
+      }
+      group.barrier();
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < limit) group.leave_if_aborted();
+      reached_limit = true;
+    });
+    ADD_FAILURE() << "the failure was not rethrown";
+  } catch (const GpuError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 failed"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(reached_limit.load());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_FALSE(device_stuck(0));
 }
 
 TEST(RankGroup, BarrierGatherAndMaxOverRanks) {

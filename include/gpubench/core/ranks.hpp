@@ -69,6 +69,12 @@ class RankGroup {
   // rank). Call from inside run().
   void wait(const Event& done, double timeout_s, const char* what);
 
+  // In one process: ends this rank as barrier() does when another rank has failed (quietly,
+  // its device marked stuck while its stream has work queued); otherwise, and under MPI,
+  // nothing. For a rank's own host-side waits that barrier() and wait() do not cover (a spin
+  // barrier between the group's threads). Call from inside run().
+  void leave_if_aborted();
+
   // Waits for everything queued on `self`'s stream so far, ending this rank as wait() does when
   // another rank failed; no time limit (a stuck run is the watchdog's). Call from inside run().
   void sync(Rank& self);

@@ -37,10 +37,13 @@ class NcclCollectives : public model::TpCollectives {
 // each rank's staging (t - 1 slots of max_chunk_bytes each: what its peers send it in a
 // reduce-scatter) and its events, and the spinning barrier that keeps the ranks' event records
 // and waits in step on the host. A rank that does not reach a barrier within 60 s makes the
-// others throw GpuError instead of waiting for ever.
+// others throw GpuError instead of waiting for ever; with `ranks` (the RankGroup whose threads
+// these are), a rank of it that failed ends the waiting ones at once, as its own barrier does,
+// so that the failure reported is the one that happened.
 class CopyEngineGroup {
  public:
-  CopyEngineGroup(const std::vector<int>& devices, std::size_t max_chunk_bytes);
+  CopyEngineGroup(const std::vector<int>& devices, std::size_t max_chunk_bytes,
+                  RankGroup* ranks = nullptr);
   int size() const noexcept { return static_cast<int>(devices_.size()); }
   bool peers_ok() const noexcept { return peers_ok_; }
 
@@ -48,6 +51,7 @@ class CopyEngineGroup {
   friend class CopyEngineCollectives;
   void barrier();
   std::vector<int> devices_;
+  RankGroup* ranks_ = nullptr;
   bool peers_ok_ = false;
   std::size_t max_chunk_bytes_ = 0;
   std::vector<DeviceBuffer> staging_;

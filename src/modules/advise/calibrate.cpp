@@ -192,8 +192,8 @@ std::map<std::uint64_t, double> time_ops(Context& ctx, const Settings& s, int ra
                                                      parallel::OneShotCollectives::kMaxBytes)
           : nullptr;
   const std::unique_ptr<parallel::CopyEngineGroup> copies =
-      copy ? std::make_unique<parallel::CopyEngineGroup>(group->devices(),
-                                                         copy_slot_bytes(largest, ranks))
+      copy ? std::make_unique<parallel::CopyEngineGroup>(
+                 group->devices(), copy_slot_bytes(largest, ranks), group.get())
            : nullptr;
   if (copies && !copies->peers_ok()) {
     spdlog::warn("advise: GPUs without peer access: no all-reduce through the copy engines");

@@ -89,7 +89,7 @@ struct TpGroups {
   std::vector<std::unique_ptr<parallel::OneShotGroup>> shots;
   std::vector<std::unique_ptr<parallel::CopyEngineGroup>> copies;
 };
-TpGroups tp_groups(const Settings& s, const Plan& p, const RankGroup& group) {
+TpGroups tp_groups(const Settings& s, const Plan& p, RankGroup& group) {
   TpGroups out;
   const int t = p.layout.tp;
   if (t < 2) return out;
@@ -102,7 +102,7 @@ TpGroups tp_groups(const Settings& s, const Plan& p, const RankGroup& group) {
           std::make_unique<parallel::OneShotGroup>(mine, parallel::OneShotCollectives::kMaxBytes));
     if (p.overlap)
       out.copies.push_back(std::make_unique<parallel::CopyEngineGroup>(
-          mine, copy_slot_bytes(overlap_chunk_bytes(s, p.micro), t)));
+          mine, copy_slot_bytes(overlap_chunk_bytes(s, p.micro), t), &group));
   }
   return out;
 }

@@ -22,7 +22,8 @@ std::unique_ptr<parallel::CopyEngineGroup> copy_engine_group(const Settings& s, 
           process_info().launcher);
     return nullptr;
   }
-  auto copies = std::make_unique<parallel::CopyEngineGroup>(group.devices(), max_chunk_bytes);
+  auto copies =
+      std::make_unique<parallel::CopyEngineGroup>(group.devices(), max_chunk_bytes, &group);
   if (copies->peers_ok()) return copies;
   spdlog::warn(
       "tp: GPUs {} lack peer access between some pair; --collectives copy-engine runs "
