@@ -101,6 +101,27 @@ TEST(AdviseGpu, AWrongReferenceFailsTheRun) {
   EXPECT_NE(m.note.find("last logits differ"), std::string::npos) << m.note;
 }
 
+// Every microbatch is held against its own reference: one GPU's batch of 4 in two microbatches
+// of 2 (as a pipeline runs it), then the second microbatch's reference moved off alone.
+TEST(AdviseGpu, EveryMicrobatchIsChecked) {
+  Rig rig(1);
+  const Settings s = small();
+  RankGroup group(rig.gpus);
+  Plan p = plan_of(s, Layout{}, Workload::Throughput, 4);
+  p.m = 2;
+  p.micro = 2;
+  References refs;
+  const Measured m = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(m.status, "ok") << m.note;
+  EXPECT_LT(m.check_error, 0.1);
+  auto& ref = refs.begin()->second.logits;
+  ASSERT_EQ(ref.size(), 4u * static_cast<std::size_t>(s.model.vocab_size));
+  for (std::size_t i = ref.size() / 2; i < ref.size(); i += 7) ref[i] += 10.0;
+  const Measured off = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(off.status, "failed");
+  EXPECT_GT(off.check_error, 0.1);
+}
+
 // A model whose one-GPU reference does not fit (here: --memory below the 4-layer reference) is
 // checked cut down to the most layers whose reference fits, then held against itself: the next
 // layout of the same shapes is checked against the first one's full logits.

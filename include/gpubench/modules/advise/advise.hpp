@@ -381,15 +381,16 @@ struct Measured {
 };
 // A generation's token ids: the prompts [m][micro][prompt] and the fed tokens [steps][m][micro],
 // seeded per sequence (its prompt, then its fed tokens), so that a sequence's tokens are the same
-// whatever the microbatches: microbatch 0's reference serves every layout of its microbatch size.
+// whatever the microbatches: a microbatch's reference serves every layout of its microbatch size.
 struct Tokens {
   std::vector<std::int32_t> prompts, steps;
 };
 Tokens token_ids(const Settings& s, const Plan& p);
 
-// Reference logits of the last step of microbatch 0, by (micro, prompt, output_len): a prefill
-// of the whole stream (prompt and the fed tokens) on one GPU where the model fits (in its free
-// memory, and in --memory when given), else the first layout that ran it. A model that does not
+// Reference logits of the last step of a replica's microbatches (in order, micro x vocab each),
+// by (micro, prompt, output_len): a prefill of each one's whole stream (prompt and the fed
+// tokens) on one GPU where the model fits (in its free memory, and in --memory when given),
+// else the first layout that ran it (replica 0's). A model that does not
 // fit is also checked cut down: every layout's generation with the most layers whose one-GPU
 // reference fits (at least one a stage), against that reference.
 struct Reference {
@@ -398,8 +399,9 @@ struct Reference {
 };
 using References = std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, Reference>;
 // Runs plan p on `group` (p.layout.gpus() ranks, threads of one process): every rank's engine,
-// one generation checked (microbatch 0's last logits on replica 0's last stage against the
-// reference; cut down first when the model does not fit one GPU), then the generation timed
+// one generation checked (every microbatch's last logits on every replica's last stage against
+// the reference, the worst one's error; cut down first when the model does not fit one GPU; the
+// replicas run the same sequences), then the generation timed
 // (median of 3, quick 1): TTFT on the last stages, the whole on every rank (the slowest).
 Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
                         References& refs);
