@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,30 @@ TEST(Transformer, MicrobatchesInTheirOwnCacheRows) {
   small.max_batch = 2;
   small.cache_batch = 1;
   EXPECT_THROW(Transformer(m, small, kGpu), InputError);
+}
+
+// A new GEMM shape's algorithms are timed through the wait the engine was given (a rank's,
+// which ends when a peer failed): the engine makes no host wait of its own then, and one that
+// throws ends the step with its error.
+TEST(Transformer, TimesNewShapesThroughItsHostWait) {
+  DeviceGuard guard(kGpu);
+  EngineOptions o;
+  o.max_batch = 1;
+  o.max_tokens = 64;
+  o.max_context = 64;
+  Transformer t(tiny_llama(), o, kGpu);
+  Stream s(kGpu);
+  int waits = 0;
+  t.set_host_wait([&](const Event& e) {
+    ++waits;
+    e.synchronize();
+  });
+  t.prefill(t.tokens(1, 48, 3, s.get()), 1, 48, s.get());
+  s.synchronize();
+  EXPECT_GT(waits, 0) << "no GEMM shape timed through the wait";
+  t.set_host_wait([](const Event&) { throw std::runtime_error("a peer failed"); });
+  EXPECT_THROW(t.prefill(t.tokens(1, 40, 3, s.get()), 1, 40, s.get()), std::runtime_error);
+  GPB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // The operations a step ran, by name.

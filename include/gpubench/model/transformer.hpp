@@ -11,10 +11,12 @@
 // (q first); the fused gate/up output is [rows, 2 * intermediate] (gate first); KV caches are
 // [batch, max_context, kv_dim] per layer.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpubench/core/cuda.hpp"
@@ -201,6 +203,11 @@ class Transformer {
   const void* final_hidden() const noexcept { return last_.get(); }
 
   void set_observer(OpObserver* observer) noexcept { observer_ = observer; }
+  // How the engine waits on the host for its own stream (the one wait it makes: timing a new
+  // GEMM shape's algorithms, whose stream may also wait for a peer's transfer or all-reduce);
+  // unset, Event::synchronize. A rank of a group passes a wait that ends when a peer failed.
+  using HostWait = std::function<void(const Event&)>;
+  void set_host_wait(HostWait wait) { host_wait_ = std::move(wait); }
   // The collectives of the row-parallel outputs, required before a step when tp_size > 1:
   // prefill's, and decode's (null: prefill's). A decode step runs the same collectives eagerly
   // as inside the graphs captured from it, so a pair whose prefill side cannot be captured (the
@@ -330,6 +337,7 @@ class Transformer {
   std::int64_t kv_pitch_;  // a cache row: this rank's KV heads plus kv_row_pad(opts_)
   EngineMemory memory_;
   OpObserver* observer_ = nullptr;
+  HostWait host_wait_;
   TpCollectives* prefill_collectives_ = nullptr;
   TpCollectives* decode_collectives_ = nullptr;
   TpCollectives* collectives_ = nullptr;  // this step's: one of the two
