@@ -1,4 +1,4 @@
-// The engine's collectives over NCCL.
+// The engine's collectives over NCCL, and its host waits through the group's.
 #include "gpubench/core/nccl.hpp"
 #include "gpubench/parallel/collectives.hpp"
 
@@ -11,6 +11,12 @@ ncclDataType_t nccl_type(ActDtype dtype) {
 }
 
 }  // namespace
+
+void wait_with_group(model::Transformer& engine, RankGroup& group, double timeout_s) {
+  engine.set_host_wait([&group, timeout_s](const Event& e) {
+    group.wait(e, timeout_s, "the engine's GEMM algorithm timing");
+  });
+}
 
 NcclCollectives::NcclCollectives(ncclComm_t comm) : comm_(comm) {
   GPB_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));

@@ -16,6 +16,12 @@
 
 namespace gpubench::parallel {
 
+// Gives a rank's engine the group's wait for its host waits (Transformer::set_host_wait): one
+// behind a peer that failed ends this rank (RankGroup::wait) instead of blocking in the driver;
+// timeout_s > 0 also limits it (TimeoutError), 0 leaves a stuck one to the watchdog. The group
+// must outlive the engine's steps.
+void wait_with_group(model::Transformer& engine, RankGroup& group, double timeout_s = 0);
+
 // The engine's collectives over an NCCL communicator, in place, bf16 / fp16 sums on the step's
 // stream (capturable in a CUDA graph): the all-reduce of the row-parallel outputs, and with
 // sequence parallelism the reduce-scatter and all-gather (NCCL's in-place layouts: rank r's

@@ -182,8 +182,7 @@ class RankRun {
     GPB_CUDA_CHECK(cudaDeviceSynchronize());
     // A new GEMM shape is timed behind this stage's receives and all-reduces: a peer that failed
     // ends the wait (and this rank) instead of leaving it behind a transfer that never comes.
-    engine_.set_host_wait(
-        [this](const Event& e) { group_.wait(e, s_.timeout_s, "a GEMM algorithm's timing"); });
+    parallel::wait_with_group(engine_, group_, s_.timeout_s);
     capture_steps();
   }
   RankRun(const RankRun&) = delete;

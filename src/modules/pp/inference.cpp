@@ -16,6 +16,7 @@
 #include "gpubench/model/observe.hpp"
 #include "gpubench/model/transformer.hpp"
 #include "gpubench/modules/pp/pp.hpp"
+#include "gpubench/parallel/collectives.hpp"
 #include "gpubench/parallel/stage_links.hpp"
 
 namespace gpubench::pp {
@@ -249,6 +250,7 @@ StageSteps::StageSteps(const InferenceRun& run, Rank& self, StageSetup& su,
       ids_(static_cast<std::size_t>(m), nullptr),
       next_(static_cast<std::size_t>(m), nullptr),
       logits_(self.device, stage_ == run.p - 1 ? logit_bytes_ * m : 16) {
+  parallel::wait_with_group(engine_, run.group);  // behind the transfers: ends if a peer failed
   if (stage_ != 0) return;
   keep_tokens(id_bufs_, ids_, n_, kTokenSeed, self.stream->get());
   keep_tokens(next_bufs_, next_, 1, kDecodeSeed, self.stream->get());

@@ -117,6 +117,7 @@ LayoutOutcome run_layout(Context& ctx, const Settings& s, const Layout& l, int b
 
     model::Transformer engine(s.model, eo, self.device);
     if (collectives) engine.set_collectives(collectives.get());
+    parallel::wait_with_group(engine, group);  // behind the transfers: ends if a peer failed
     const std::size_t hidden = static_cast<std::size_t>(seqs * s.seq_len * H);
     // Stage 0's prompts, one buffer per microbatch (the engine's token buffer is reused).
     DeviceBuffer ids_buf(self.device, static_cast<std::size_t>(m) * b * n * sizeof(std::int32_t));

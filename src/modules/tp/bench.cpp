@@ -304,6 +304,7 @@ std::unique_ptr<model::Transformer> build_engine(const Settings& s, const model:
   std::unique_ptr<model::Transformer> built;
   try {
     built = std::make_unique<model::Transformer>(s.model, eo, self.device);
+    parallel::wait_with_group(*built, group);  // behind the all-reduces: ends if a peer failed
     scratch = DeviceBuffer(self.device, scratch_bytes);
   } catch (const GpuError& e) {
     why = e.what();
