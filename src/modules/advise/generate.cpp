@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <memory>
 
 #include "gpubench/core/cuda.hpp"
@@ -92,9 +93,11 @@ std::vector<double> whole_stream_logits(const Settings& s, const Plan& p, const 
 }
 
 // The worst microbatch's relative error of `got` against `ref` (both microbatches of `per`
-// values each, in order), over the microbatches both hold.
+// values each, in order), over the microbatches both hold; infinity when they share none.
 double worst_microbatch_error(const std::vector<double>& got, const std::vector<double>& ref,
                               std::size_t per) {
+  if (per == 0 || got.size() < per || ref.size() < per)
+    return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (std::size_t at = 0; at + per <= std::min(got.size(), ref.size()); at += per) {
     const std::vector<double> a(got.begin() + static_cast<std::ptrdiff_t>(at),
@@ -183,7 +186,6 @@ class RankRun {
     // A new GEMM shape is timed behind this stage's receives and all-reduces: a peer that failed
     // ends the wait (and this rank) instead of leaving it behind a transfer that never comes.
     parallel::wait_with_group(engine_, group_, s_.timeout_s);
-    capture_steps();
   }
   RankRun(const RankRun&) = delete;
   RankRun& operator=(const RankRun&) = delete;
@@ -227,6 +229,10 @@ class RankRun {
     group_.wait(end_, s_.timeout_s, "the generation");
     return {last_ ? ttft_.seconds_since(start_) : 0.0, end_.seconds_since(start_)};
   }
+
+  // The decode steps captured: once, after construction, so that a failure in their eager steps
+  // (a peer's) unwinds through the destructor and its drain.
+  void prepare() { capture_steps(); }
 
   // Every microbatch's last logits, in order (micro x vocab each).
   std::vector<double> saved() const {
@@ -407,6 +413,7 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
   if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
   group.barrier();
   RankRun run(c, q, self, group, t, tp_share);
+  run.prepare();
   group.barrier();
   (void)run.generate(true);
   const double error =
@@ -485,6 +492,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     const auto found = refs.find(key);
     const Reference* ref = found == refs.end() ? nullptr : &found->second;
     RankRun run(s, p, self, group, tokens, tp_share);
+    run.prepare();
     group.barrier();
     (void)run.generate(true);
     bool failed = cut_failed || gave_up();
@@ -494,7 +502,14 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       const auto got = run.saved();
       if (ref) {
         error = worst_microbatch_error(got, ref->logits, run.logits_elems());
-        if (replica0) out.checked_by = ref->source;
+        // A layout's reference of fewer microbatches checks those (the rest were checked cut
+        // down to one GPU's size).
+        const std::size_t held = ref->logits.size() / run.logits_elems();
+        if (replica0)
+          out.checked_by =
+              held < static_cast<std::size_t>(p.m)
+                  ? fmt::format("{} (its {} of {} microbatches)", ref->source, held, p.m)
+                  : ref->source;
       } else if (!failed && replica0) {
         refs[key] = {got, fmt::format("layout {}", p.name())};
       }
