@@ -9,10 +9,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 
 #include "gpubench/core/cuda.hpp"
 #include "gpubench/core/errors.hpp"
@@ -110,12 +113,40 @@ double worst_microbatch_error(const std::vector<double>& got, const std::vector<
   return worst;
 }
 
+// The ranks of a failed layout let their memory go together: a peer's copies (the copy
+// engines' gather writes into this rank's engine) may still land until that peer has drained.
+// A rank joins once its RankRun is built (one whose construction failed wrote to no peer);
+// unwinding, it arrives with whether its own streams drained, and learns whether every rank
+// that joined arrived drained before the deadline.
+class DrainRendezvous {
+ public:
+  void join() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    ++joined_;
+  }
+  bool arrive(bool drained, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++arrived_;
+    all_drained_ = all_drained_ && drained;
+    cv_.notify_all();
+    return cv_.wait_until(lock, deadline, [&] { return arrived_ >= joined_; }) && all_drained_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int joined_ = 0, arrived_ = 0;
+  bool all_drained_ = true;
+};
+
 // What the ranks of each tensor-parallel group of plan p share (rank r's group is r / tp): a
-// one-shot group where s.one_shot(), copy engines' staging for an overlapped prefill; empty
-// where the engines' all-reduces go over NCCL alone.
+// one-shot group where s.one_shot(), copy engines' staging for an overlapped prefill (none
+// where the engines' all-reduces go over NCCL alone); and what every rank of the layout shares,
+// the drain of a failed run (one a run_generation: only a failure uses it, and that ends it).
 struct TpGroups {
   std::vector<std::unique_ptr<parallel::OneShotGroup>> shots;
   std::vector<std::unique_ptr<parallel::CopyEngineGroup>> copies;
+  std::unique_ptr<DrainRendezvous> drain = std::make_unique<DrainRendezvous>();
 };
 TpGroups tp_groups(const Settings& s, const Plan& p, RankGroup& group) {
   TpGroups out;
@@ -144,6 +175,7 @@ class RankRun {
         p_(p),
         self_(self),
         group_(group),
+        drain_(*tp_share.drain),
         at_(parallel::Place::of(p.layout, self.rank)),
         first_(at_.stage == 0),
         last_(at_.stage == p.layout.pp - 1),
@@ -186,15 +218,16 @@ class RankRun {
     // A new GEMM shape is timed behind this stage's receives and all-reduces: a peer that failed
     // ends the wait (and this rank) instead of leaving it behind a transfer that never comes.
     parallel::wait_with_group(engine_, group_, s_.timeout_s);
+    drain_.join();
   }
   RankRun(const RankRun&) = delete;
   RankRun& operator=(const RankRun&) = delete;
 
   // Unwinding (this rank failed, or a peer did and the group ended this one), before any member
   // goes: the communicators aborted (their kernels end), then every stream the rank's work runs
-  // on given kDrainS to drain (a cudaFree waits for all of them); drained, the GPU is no longer
-  // stuck and the engine's memory comes back for the next layout, else it stays allocated until
-  // the process ends.
+  // on given kDrainS to drain (a cudaFree waits for all of them); once every rank of the layout
+  // drained (DrainRendezvous), the GPU is no longer stuck and the engine's memory comes back for
+  // the next layout, else it stays allocated until the process ends.
   ~RankRun() {
     if (std::uncaught_exceptions() <= uncaught_) return;
     // The decode graphs first: NCCL's abort waits for every graph that captured its
@@ -203,15 +236,23 @@ class RankRun {
     comms_.ring.abort();
     comms_.pp.abort();
     comms_.tp.abort();
-    if (!device_stuck(self_.device)) return;
-    try {
-      std::vector<cudaStream_t> streams = {self_.stream->get(), side_.get()};
-      if (engine_.comm_stream()) streams.push_back(engine_.comm_stream());
-      if (copied_)
-        for (cudaStream_t lane : copied_->lanes()) streams.push_back(lane);
-      (void)drain_and_unmark(self_.device, streams, kDrainS);
-    } catch (...) {  // no memory for the list: the device stays marked
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(kDrainS + 1));
+    bool drained = true;
+    if (device_stuck(self_.device)) {
+      try {
+        std::vector<cudaStream_t> streams = {self_.stream->get(), side_.get()};
+        if (engine_.comm_stream()) streams.push_back(engine_.comm_stream());
+        if (copied_)
+          for (cudaStream_t lane : copied_->lanes()) streams.push_back(lane);
+        drained = drain_and_unmark(self_.device, streams, kDrainS);
+      } catch (...) {  // no memory for the list: the device stays marked
+        drained = false;
+      }
     }
+    // Every rank's work drained, or this GPU keeps its buffers (marked: later layouts skip it).
+    if (!drain_.arrive(drained, deadline)) mark_device_stuck(self_.device);
   }
 
   // One generation; with `save`, every microbatch's last logits kept (saved()). Returns this
@@ -327,6 +368,7 @@ class RankRun {
   const Plan& p_;
   Rank& self_;
   RankGroup& group_;
+  DrainRendezvous& drain_;
   parallel::Place at_;
   bool first_, last_;
   parallel::LayoutComms comms_;
