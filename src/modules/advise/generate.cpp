@@ -271,9 +271,24 @@ class RankRun {
     return {last_ ? ttft_.seconds_since(start_) : 0.0, end_.seconds_since(start_)};
   }
 
-  // The decode steps captured: once, after construction, so that a failure in their eager steps
-  // (a peer's) unwinds through the destructor and its drain.
-  void prepare() { capture_steps(); }
+  // Every decode step of every microbatch as a graph of its own (its context, its cache rows):
+  // once, after construction, so that a failure in its eager steps (a peer's) unwinds through
+  // the destructor and its drain.
+  void capture_steps() {
+    cudaStream_t st = self_.stream->get();
+    const int n = static_cast<int>(s_.prompt);
+    for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
+      for (int mb = 0; mb < p_.m; ++mb) {
+        const std::int32_t* ids = !first_            ? nullptr
+                                  : p_.layout.pp > 1 ? ring_ids(mb)
+                                                     : step_ids(i, mb);
+        const int context = n + static_cast<int>(i);
+        if (i == 0 && mb == 0) engine_.decode(ids, b(), context, st, 0);  // plans made first
+        graphs_.emplace_back();
+        graphs_.back().capture(
+            st, [&](cudaStream_t s2) { engine_.decode(ids, b(), context, s2, mb * b()); });
+      }
+  }
 
   // Every microbatch's last logits, in order (micro x vocab each).
   std::vector<double> saved() const {
@@ -345,23 +360,6 @@ class RankRun {
                                      engine_.logits(), logits_elems() * 2, cudaMemcpyDeviceToDevice,
                                      st));
     pass_on(b(), i + 1, mb);
-  }
-
-  // Every decode step of every microbatch as a graph of its own (its context, its cache rows).
-  void capture_steps() {
-    cudaStream_t st = self_.stream->get();
-    const int n = static_cast<int>(s_.prompt);
-    for (std::int64_t i = 0; i + 1 < s_.output_len; ++i)
-      for (int mb = 0; mb < p_.m; ++mb) {
-        const std::int32_t* ids = !first_            ? nullptr
-                                  : p_.layout.pp > 1 ? ring_ids(mb)
-                                                     : step_ids(i, mb);
-        const int context = n + static_cast<int>(i);
-        if (i == 0 && mb == 0) engine_.decode(ids, b(), context, st, 0);  // plans made first
-        graphs_.emplace_back();
-        graphs_.back().capture(
-            st, [&](cudaStream_t s2) { engine_.decode(ids, b(), context, s2, mb * b()); });
-      }
   }
 
   const Settings& s_;
@@ -455,7 +453,7 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
   if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
   group.barrier();
   RankRun run(c, q, self, group, t, tp_share);
-  run.prepare();
+  run.capture_steps();
   group.barrier();
   (void)run.generate(true);
   const double error =
@@ -534,7 +532,7 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     const auto found = refs.find(key);
     const Reference* ref = found == refs.end() ? nullptr : &found->second;
     RankRun run(s, p, self, group, tokens, tp_share);
-    run.prepare();
+    run.capture_steps();
     group.barrier();
     (void)run.generate(true);
     bool failed = cut_failed || gave_up();

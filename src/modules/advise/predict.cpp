@@ -259,8 +259,7 @@ Prediction predict(const Settings& s, const Plan& p, const Blocks& b) {
       out.prefill_compute_s = f - comm_f;
     }
   }
-  const PipelineTimes t =
-      play_pipeline(fs, ds, x_pre, x_dec, x_tok, p.m, static_cast<std::int64_t>(steps));
+  const PipelineTimes t = play_pipeline(fs, ds, x_pre, x_dec, x_tok, p.m, s.output_len - 1);
   out.ttft_s = t.ttft_s;
   out.e2e_s = t.e2e_s;
   out.tpot_s = steps > 0 ? (t.e2e_s - t.ttft_s) / steps : 0.0;
