@@ -101,19 +101,24 @@ TEST(AdviseGpu, AWrongReferenceFailsTheRun) {
   EXPECT_NE(m.note.find("last logits differ"), std::string::npos) << m.note;
 }
 
-// Every microbatch is held against its own reference: one GPU's batch of 4 in two microbatches
-// of 2 (as a pipeline runs it), then the second microbatch's reference moved off alone.
+// Every microbatch is held against its own reference, whatever the split it was made in: one
+// GPU's batch of 4 in one microbatch, then in two of 2 (as a pipeline runs it) against the same
+// reference, then the second microbatch's reference moved off alone.
 TEST(AdviseGpu, EveryMicrobatchIsChecked) {
   Rig rig(1);
   const Settings s = small();
   RankGroup group(rig.gpus);
   Plan p = plan_of(s, Layout{}, Workload::Throughput, 4);
+  ASSERT_EQ(p.m, 1);
+  References refs;
+  const Measured whole = run_generation(rig.ctx, s, p, group, refs);
+  EXPECT_EQ(whole.status, "ok") << whole.note;
   p.m = 2;
   p.micro = 2;
-  References refs;
   const Measured m = run_generation(rig.ctx, s, p, group, refs);
   EXPECT_EQ(m.status, "ok") << m.note;
   EXPECT_LT(m.check_error, 0.1);
+  ASSERT_EQ(refs.size(), 1u);
   auto& ref = refs.begin()->second.logits;
   ASSERT_EQ(ref.size(), 4u * static_cast<std::size_t>(s.model.vocab_size));
   for (std::size_t i = ref.size() / 2; i < ref.size(); i += 7) ref[i] += 10.0;
@@ -150,6 +155,19 @@ TEST(AdviseGpu, AModelTooLargeForOneGpuIsCheckedCutDown) {
   EXPECT_EQ(second.status, "ok") << second.note;
   EXPECT_EQ(second.checked_by, "layout dp=1");
   EXPECT_LT(second.check_error, 0.1);
+  // Two sequences in one microbatch, then in two: the second run is held against the first's
+  // logits, split otherwise.
+  Plan two = plan_of(s, Layout{}, Workload::Throughput, 2);
+  ASSERT_EQ(two.m, 1);
+  const Measured one_split = run_generation(rig.ctx, s, two, group, refs);
+  EXPECT_EQ(one_split.status, "ok") << one_split.note;
+  EXPECT_GT(one_split.cut_layers, 0);
+  two.m = 2;
+  two.micro = 1;
+  const Measured other_split = run_generation(rig.ctx, s, two, group, refs);
+  EXPECT_EQ(other_split.status, "ok") << other_split.note;
+  EXPECT_EQ(other_split.checked_by, "layout dp=1");
+  EXPECT_LT(other_split.check_error, 0.1);
 }
 
 // Decode's all-reduces over NCCL and, where the GPUs have peer access, through the one-shot

@@ -343,10 +343,9 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
             c.measured = run_training(ctx, s, c.plan);
           else if (auto group = leading_ranks(ctx, c.plan.layout.gpus(), "--workload"))
             c.measured = run_generation(ctx, s, c.plan, *group, refs);
-        } catch (const InputError&) {
-          throw;
         } catch (const std::exception& e) {
-          // One layout that breaks (out of memory, a GPU error) is reported as failed; a stuck
+          // One layout that breaks (out of memory, a GPU error, a shape its engine refuses:
+          // the user's input was checked before any GPU work) is reported as failed; a stuck
           // one is the watchdog's, which writes the report published here.
           c.measured = Measured{};
           c.measured->status = "failed";
@@ -377,7 +376,7 @@ class AdviseModule final : public ResolvingModule<Options, Settings> {
     for (Candidate& c : q.candidates) {
       if (!c.measured || c.measured->status != "unchecked") continue;
       for (const Candidate& o : q.candidates)
-        if (o.measured && o.measured->status == "ok" && o.plan.micro == c.plan.micro &&
+        if (o.measured && o.measured->status == "ok" && o.plan.sequences == c.plan.sequences &&
             o.measured->checked_by == fmt::format("layout {}", c.plan.name())) {
           c.measured->status = "ok";
           c.measured->checked_by = fmt::format("layout {}", o.plan.name());

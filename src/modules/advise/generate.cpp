@@ -95,14 +95,14 @@ std::vector<double> whole_stream_logits(const Settings& s, const Plan& p, const 
   return out;
 }
 
-// The worst microbatch's relative error of `got` against `ref` (both microbatches of `per`
-// values each, in order), over the microbatches both hold; infinity when they share none.
+// The worst microbatch's relative error of `got` against `ref` (the same sequences, in
+// microbatches of `per` values each); infinity where they do not hold the same number.
 double worst_microbatch_error(const std::vector<double>& got, const std::vector<double>& ref,
                               std::size_t per) {
-  if (per == 0 || got.size() < per || ref.size() < per)
+  if (per == 0 || got.empty() || got.size() != ref.size() || got.size() % per != 0)
     return std::numeric_limits<double>::infinity();
   double worst = 0;
-  for (std::size_t at = 0; at + per <= std::min(got.size(), ref.size()); at += per) {
+  for (std::size_t at = 0; at < got.size(); at += per) {
     const std::vector<double> a(got.begin() + static_cast<std::ptrdiff_t>(at),
                                 got.begin() + static_cast<std::ptrdiff_t>(at + per));
     const std::vector<double> b(ref.begin() + static_cast<std::ptrdiff_t>(at),
@@ -117,7 +117,8 @@ double worst_microbatch_error(const std::vector<double>& got, const std::vector<
 // engines' gather writes into this rank's engine) may still land until that peer has drained.
 // A rank joins once its RankRun is built (one whose construction failed wrote to no peer);
 // unwinding, it arrives with whether its own streams drained, and learns whether every rank
-// that joined arrived drained before the deadline.
+// that joined arrived drained before the deadline. One serves one set of RankRuns (a layout's
+// cut-down run has its own): a rank whose RankRun ended well never arrives.
 class DrainRendezvous {
  public:
   void join() {
@@ -141,12 +142,10 @@ class DrainRendezvous {
 
 // What the ranks of each tensor-parallel group of plan p share (rank r's group is r / tp): a
 // one-shot group where s.one_shot(), copy engines' staging for an overlapped prefill (none
-// where the engines' all-reduces go over NCCL alone); and what every rank of the layout shares,
-// the drain of a failed run (one a run_generation: only a failure uses it, and that ends it).
+// where the engines' all-reduces go over NCCL alone).
 struct TpGroups {
   std::vector<std::unique_ptr<parallel::OneShotGroup>> shots;
   std::vector<std::unique_ptr<parallel::CopyEngineGroup>> copies;
-  std::unique_ptr<DrainRendezvous> drain = std::make_unique<DrainRendezvous>();
 };
 TpGroups tp_groups(const Settings& s, const Plan& p, RankGroup& group) {
   TpGroups out;
@@ -170,12 +169,12 @@ TpGroups tp_groups(const Settings& s, const Plan& p, RankGroup& group) {
 class RankRun {
  public:
   RankRun(const Settings& s, const Plan& p, Rank& self, RankGroup& group, const Tokens& t,
-          const TpGroups& tp_share)
+          const TpGroups& tp_share, DrainRendezvous& drain)
       : s_(s),
         p_(p),
         self_(self),
         group_(group),
-        drain_(*tp_share.drain),
+        drain_(drain),
         at_(parallel::Place::of(p.layout, self.rank)),
         first_(at_.stage == 0),
         last_(at_.stage == p.layout.pp - 1),
@@ -432,7 +431,8 @@ void settle_check(Measured& out) {
 // reference (`shared`, read by the checking rank). Returns (cut layers, relative error on the
 // checking rank, 0 elsewhere); (0, 0) when no cut fits.
 std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const Tokens& t, Rank& self,
-                                      RankGroup& group, const TpGroups& tp_share, std::size_t ws,
+                                      RankGroup& group, const TpGroups& tp_share,
+                                      DrainRendezvous& drain, std::size_t ws,
                                       std::vector<double>& shared) {
   int cut = 0;
   if (self.rank == 0) {
@@ -452,7 +452,7 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
                                             p.layout.pp, 0, 0);
   if (self.rank == 0) shared = whole_stream_logits(c, q, t, self.device, self.stream->get());
   group.barrier();
-  RankRun run(c, q, self, group, t, tp_share);
+  RankRun run(c, q, self, group, t, tp_share, drain);
   run.capture_steps();
   group.barrier();
   (void)run.generate(true);
@@ -467,11 +467,12 @@ std::pair<int, double> check_cut_down(const Settings& s, const Plan& p, const To
 Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGroup& group,
                         References& refs) {
   Measured out;
-  const auto key = std::make_tuple(p.micro, s.prompt, s.output_len);
+  const auto key = std::make_tuple(p.sequences, s.prompt, s.output_len);
   const Tokens tokens = token_ids(s, p);
   const int reps = ctx.quick() ? 1 : 3;
   std::vector<double> cut_reference;  // rank 0's, read by the checking rank
   const TpGroups tp_share = tp_groups(s, p, group);
+  DrainRendezvous cut_drain, drain;  // the cut-down run's ranks, the layout's
   if (std::any_of(tp_share.copies.begin(), tp_share.copies.end(),
                   [](const auto& g) { return !g->peers_ok(); })) {
     out.status = "skipped";
@@ -487,10 +488,9 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
                             parallel::Place::of(p.layout, self.rank).trank);
     std::uint64_t need = model::engine_memory(s.model, eo, ws).total();
     const bool fits = self.rank == 0 && reference_fits(s, p.micro, ws, reference_room(s));
-    // One of fewer microbatches (a layout's before) is made again over this one's.
-    const std::size_t ref_values =
-        static_cast<std::size_t>(p.sequences) * static_cast<std::size_t>(s.model.vocab_size);
-    const bool make_ref = fits && (!refs.count(key) || refs.at(key).logits.size() < ref_values);
+    // One GPU's reference is made where none is held, or over a layout's (a layout of smaller
+    // microbatches may fit one where the one before did not).
+    const bool make_ref = fits && (!refs.count(key) || refs.at(key).from_layout);
     const bool too_big = group.any(self.rank, self.rank == 0 && !fits);
     if (make_ref)
       need = std::max(need, model::engine_memory(s.model, whole_options(s, p.micro), ws).total());
@@ -504,11 +504,11 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     }
     if (make_ref)
       refs[key] = {whole_stream_logits(s, p, tokens, self.device, st),
-                   "a prefill of the whole stream on one GPU"};
+                   "a prefill of the whole stream on one GPU", false};
     bool cut_failed = false;  // on every rank: its logits must not become a reference
     if (too_big) {
       const auto [cut, cut_error] =
-          check_cut_down(s, p, tokens, self, group, tp_share, ws, cut_reference);
+          check_cut_down(s, p, tokens, self, group, tp_share, cut_drain, ws, cut_reference);
       const auto cut_errors = group.all_gather(self.rank, cut_error);
       const double worst = *std::max_element(cut_errors.begin(), cut_errors.end());
       cut_failed = cut > 0 && !(worst <= kCheckLimit);
@@ -527,31 +527,23 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
       return group.any(self.rank, mine);
     };
     group.barrier();  // rank 0's reference is in
-    // Looked up between the barriers: replica 0 may add one after the second, while the others
-    // compare.
+    // Looked up here, by every rank; a layout's own logits are added only after every rank
+    // compared (the errors' all_gather).
     const auto found = refs.find(key);
     const Reference* ref = found == refs.end() ? nullptr : &found->second;
-    RankRun run(s, p, self, group, tokens, tp_share);
+    RankRun run(s, p, self, group, tokens, tp_share, drain);
     run.capture_steps();
     group.barrier();
     (void)run.generate(true);
     bool failed = cut_failed || gave_up();
     double error = 0;
     const bool replica0 = parallel::Place::of(p.layout, self.rank).replica == 0;
+    std::vector<double> got;  // the checking rank's: without a reference, the next layouts'
     if (run.checks()) {
-      const auto got = run.saved();
+      got = run.saved();
       if (ref) {
         error = worst_microbatch_error(got, ref->logits, run.logits_elems());
-        // A layout's reference of fewer microbatches checks those (the rest were checked cut
-        // down to one GPU's size).
-        const std::size_t held = ref->logits.size() / run.logits_elems();
-        if (replica0)
-          out.checked_by =
-              held < static_cast<std::size_t>(p.m)
-                  ? fmt::format("{} (its {} of {} microbatches)", ref->source, held, p.m)
-                  : ref->source;
-      } else if (!failed && replica0) {
-        refs[key] = {got, fmt::format("layout {}", p.name())};
+        if (replica0) out.checked_by = ref->source;
       }
     }
     const auto errors = group.all_gather(self.rank, error);
@@ -567,6 +559,9 @@ Measured run_generation(Context& ctx, const Settings& s, const Plan& p, RankGrou
     }
     const auto memory = group.all_gather(self.rank, static_cast<double>(run.memory()));
     const bool any_gave_up = gave_up();
+    // A layout that ran through (checked cut down, or not at all) holds the next ones.
+    if (!ref && replica0 && !got.empty() && !failed && !any_gave_up && !wholes.empty())
+      refs[key] = {std::move(got), fmt::format("layout {}", p.name()), true};
     if (self.rank != 0) return;
     out.check_error = *std::max_element(errors.begin(), errors.end());
     out.memory_per_gpu =

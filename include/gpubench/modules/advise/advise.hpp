@@ -387,15 +387,18 @@ struct Tokens {
 };
 Tokens token_ids(const Settings& s, const Plan& p);
 
-// Reference logits of the last step of a replica's microbatches (in order, micro x vocab each),
-// by (micro, prompt, output_len): a prefill of each one's whole stream (prompt and the fed
-// tokens) on one GPU where the model fits (in its free memory, and in --memory when given),
-// else the first layout that ran it (replica 0's). A model that does not
-// fit is also checked cut down: every layout's generation with the most layers whose one-GPU
-// reference fits (at least one a stage), against that reference.
+// Reference logits of the last step of a replica's sequences (in order, vocab values each), by
+// (a replica's sequences, prompt, output_len), so that layouts splitting them into other
+// microbatches are held against one another (token_ids gives a sequence the same tokens in
+// every layout): a prefill of each microbatch's whole stream (prompt and the fed tokens) on one
+// GPU where the model fits (in its free memory, and in --memory when given), made over a
+// layout's where one fits later; else the first layout that ran through (replica 0's). A model
+// that does not fit is also checked cut down: every layout's generation with the most layers
+// whose one-GPU reference fits (at least one a stage), against that reference.
 struct Reference {
   std::vector<double> logits;
   std::string source;
+  bool from_layout = false;
 };
 using References = std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, Reference>;
 // Runs plan p on `group` (p.layout.gpus() ranks, threads of one process): every rank's engine,
