@@ -69,13 +69,13 @@ mkdir -p "$work/logs"
 has() { [[ "$steps" == *" $1 "* ]]; }
 
 # timed NAME LIMIT CMD...: CMD's output in logs/NAME.log, its exit code and wall seconds in
-# steps.log (and on stdout).
+# steps.log (and on stdout); SIGTERM at LIMIT seconds, SIGKILL 30 s later.
 timed() {
   local name=$1 limit=$2
   shift 2
   local t0 t1 rc
   t0=$(date +%s.%N)
-  timeout "$limit" "$@" >"$work/logs/$name.log" 2>&1
+  timeout -k 30 "$limit" "$@" >"$work/logs/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   printf '%-24s rc=%-3s %8.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $t1 - $t0}")" |
@@ -162,8 +162,9 @@ fi
 # advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences, training at 4 x
 # 4096 tokens a GPU), beside seqlen's generation of the same shapes on one GPU (the baseline both
 # run); one GPU also advise_train, training cut to 8 layers (no one GPU trains all 32);
-# advise_70b: llama-2-70b, which no one GPU holds (several GPUs only); on 4 GPUs as tp=4,
-# tp=2 x pp=2 and pp=4, each run and checked beside the one-GPU baseline.
+# advise_70b: llama-2-70b (several GPUs only) with 120 GiB a GPU, so that no GPU holds the whole
+# model (one H200 would at 1 and 8 sequences): every layout is checked cut down to one GPU and
+# against the others; on 4 GPUs as tp=4, tp=2 x pp=2 and pp=4. A stuck layout fails at 2 min.
 if has advise; then
   gpb advise 500 advise
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
@@ -175,7 +176,8 @@ has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch
 if has advise_70b; then
   layouts=()
   ((ngpu == 4)) && layouts=(--layouts tp=4,tp=2xpp=2,pp=4)
-  gpb advise_70b 590 advise --model llama-2-70b ${layouts[@]+"${layouts[@]}"}
+  gpb advise_70b 590 advise --model llama-2-70b --memory 120 --timeout 120 \
+    ${layouts[@]+"${layouts[@]}"}
 fi
 
 # dp: data-parallel training of llama-2-7b's shapes, 4 sequences of 4096 tokens a GPU, every
