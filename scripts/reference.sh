@@ -162,9 +162,10 @@ fi
 # advise: llama-2-7b, every workload (latency, throughput at 8 and 32 sequences, training at 4 x
 # 4096 tokens a GPU), beside seqlen's generation of the same shapes on one GPU (the baseline both
 # run); one GPU also advise_train, training cut to 8 layers (no one GPU trains all 32);
-# advise_70b: llama-2-70b (several GPUs only) with 120 GiB a GPU, so that no GPU holds the whole
-# model (one H200 would at 1 and 8 sequences): every layout is checked cut down to one GPU and
-# against the others; on 4 GPUs as tp=4, tp=2 x pp=2 and pp=4. A stuck layout fails at 2 min.
+# advise_70b: llama-2-70b (several GPUs only), latency and throughput at 8 sequences (with 32
+# too, about 9 min: past one call), with 120 GiB a GPU, so that no GPU holds the whole model
+# (one H200 would at 1 and 8 sequences): every layout is checked cut down to one GPU and against
+# the others; on 4 GPUs as tp=4, tp=2 x pp=2 and pp=4. A stuck layout fails at 2 min.
 if has advise; then
   gpb advise 500 advise
   gpb advise_seqlen 200 seqlen --seq-lens 1024 --batch-sizes 1,8,32 --output-lens 128
@@ -176,7 +177,8 @@ has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch
 if has advise_70b; then
   layouts=()
   ((ngpu == 4)) && layouts=(--layouts tp=4,tp=2xpp=2,pp=4)
-  gpb advise_70b 590 advise --model llama-2-70b --memory 120 --timeout 120 \
+  gpb advise_70b 560 advise --model llama-2-70b --workload latency,throughput --batch-sizes 8 \
+    --memory 120 --timeout 120 \
     ${layouts[@]+"${layouts[@]}"}
 fi
 

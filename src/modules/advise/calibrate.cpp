@@ -68,7 +68,7 @@ std::map<std::int64_t, StepTimes> time_engine(Context& ctx, const Settings& s, i
                                               cudaStream_t st) {
   model::EngineOptions eo;
   eo.dtype = s.dtype;
-  eo.max_batch = static_cast<int>(micros.back());
+  eo.max_batch = static_cast<int>(*std::max_element(micros.begin(), micros.end()));
   eo.max_tokens = static_cast<int>(s.prompt);
   eo.max_context = static_cast<int>(s.prompt + s.output_len - 1);
   eo.tp_size = t;
