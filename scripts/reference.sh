@@ -177,7 +177,7 @@ has advise_train1 && gpb advise_train1 300 advise --workload train --train-batch
 if has advise_70b; then
   layouts=()
   ((ngpu == 4)) && layouts=(--layouts tp=4,tp=2xpp=2,pp=4)
-  gpb advise_70b 560 advise --model llama-2-70b --workload latency,throughput --batch-sizes 8 \
+  gpb advise_70b 540 advise --model llama-2-70b --workload latency,throughput --batch-sizes 8 \
     --memory 120 --timeout 120 \
     ${layouts[@]+"${layouts[@]}"}
 fi
